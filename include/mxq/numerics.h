@@ -1,0 +1,175 @@
+// mxq numerics: the MXFP8 block contract (docs/numerics.md, SPEC §1-§3) as scalar functions usable from
+// host code, device code and the CPU reference alike.
+//
+// One 1x32 or 32x1 block of bf16 values v_i becomes one E8M0 scale byte s and 32 e4m3 bytes:
+//   amax = NaN-propagating max |v_i|           (amax_bits_bf16: an integer max of sign-masked bits)
+//   s    = e8m0_from_amax(amax, rule)          (RCEIL: round amax/448 up; FLOOR: exponent of amax/256)
+//   r    = e8m0_reciprocal(s)                  (2^(127-s); s = 254 gives the fp32 subnormal 2^-127)
+//   q_i  = e4m3_from_f32(fl32(v_i * r))        (RNE, saturating to +-448, NaN -> 0x7F)
+// No flush-to-zero anywhere: never build mxq with fast-math or -ftz=true.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define MXQ_HD __host__ __device__ __forceinline__
+#else
+#define MXQ_HD inline
+#endif
+
+namespace mxq {
+
+enum class ScaleRounding : int32_t { kRceil = 0, kFloor = 1 };
+
+constexpr int kBlock = 32;               // elements per scale block, both axes
+constexpr uint8_t kE8m0Nan = 0xFF;       // scale byte of a block holding NaN or Inf
+constexpr uint8_t kE4m3Nan = 0x7F;       // data byte mxq writes for NaN
+constexpr uint8_t kE4m3MaxFinite = 0x7E; // 448
+constexpr uint16_t kBf16AbsMask = 0x7FFF;
+constexpr uint16_t kBf16Inf = 0x7F80;
+constexpr uint32_t kRceilInv448 = 0x3B124925;  // fp32 rounding of 1/448: RCEIL multiplies, never divides
+constexpr uint32_t kFloorInv256 = 0x3B800000;  // 2^-8
+
+MXQ_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+MXQ_HD float f32_from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+// Exact IEEE fp32 product, never contracted and never flushed (subnormals are part of the contract).
+MXQ_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+MXQ_HD float bf16_to_f32(uint16_t b) { return f32_from_bits(uint32_t(b) << 16); }
+
+// |v| as bf16 bits. For non-negative bit patterns unsigned order is float order, and every NaN pattern
+// (0x7F81..0x7FFF) lies above Inf (0x7F80): an unsigned max over these is the NaN-propagating amax.
+MXQ_HD uint16_t bf16_abs_bits(uint16_t b) { return uint16_t(b & kBf16AbsMask); }
+
+// NaN-propagating max of |v_i| over n bf16 values (starts at +0), as bf16 bits.
+MXQ_HD uint16_t amax_bits_bf16(const uint16_t* v, int n, int stride = 1) {
+  uint16_t m = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint16_t a = bf16_abs_bits(v[i * stride]);
+    m = a > m ? a : m;
+  }
+  return m;
+}
+
+// RCEIL: round d up to a power of two without saturation (SPEC §3 boundary table).
+MXQ_HD uint8_t e8m0_rceil_from_d(uint32_t d_bits) {
+  const uint32_t exponent = (d_bits >> 23) & 0xFF;
+  const uint32_t mantissa = d_bits & 0x7FFFFF;
+  if (exponent == 0xFF) return kE8m0Nan;
+  if (exponent == 0) return mantissa > 0x400000 ? 1 : 0;  // d in (2^-127, 2^-126) rounds up to 2^-126
+  return uint8_t(exponent + (mantissa != 0));           // 254 with a mantissa becomes 255 (NaN)
+}
+
+// FLOOR: round d toward zero to a power of two; zero and subnormal d give 0.
+MXQ_HD uint8_t e8m0_floor_from_d(uint32_t d_bits) {
+  const uint32_t exponent = (d_bits >> 23) & 0xFF;
+  return exponent == 0xFF ? kE8m0Nan : uint8_t(exponent);
+}
+
+// Scale byte from amax given as fp32 (amax >= +0 or NaN/Inf).
+MXQ_HD uint8_t e8m0_from_amax(float amax, ScaleRounding rule) {
+  if (rule == ScaleRounding::kRceil) {
+    return e8m0_rceil_from_d(f32_bits(mul_rn(amax, f32_from_bits(kRceilInv448))));
+  }
+  return e8m0_floor_from_d(f32_bits(mul_rn(amax, f32_from_bits(kFloorInv256))));
+}
+
+MXQ_HD uint8_t e8m0_from_amax_bf16(uint16_t amax_bits, ScaleRounding rule) {
+  return e8m0_from_amax(bf16_to_f32(amax_bits), rule);
+}
+
+// 2^(s-127) as fp32 (s = 0 is the subnormal 0x00400000); 255 is NaN.
+MXQ_HD float e8m0_to_f32(uint8_t s) {
+  if (s == kE8m0Nan) return f32_from_bits(0x7FC00000u);
+  if (s == 0) return f32_from_bits(0x00400000u);
+  return f32_from_bits(uint32_t(s) << 23);
+}
+
+// The multiplier r = 2^(127-s) of SPEC §2 step 4: byte (254 - s) mod 256 read as E8M0.
+MXQ_HD float e8m0_reciprocal(uint8_t s) { return e8m0_to_f32(uint8_t(254 - s)); }
+
+// fp32 -> e4m3 (float8_e4m3fn): round to nearest even, finite magnitudes above 448 and +-Inf saturate to
+// +-448, NaN -> 0x7F, sign kept (so -0 and negative underflow give 0x80).
+MXQ_HD uint8_t e4m3_from_f32(float p) {
+  const uint32_t bits = f32_bits(p);
+  const uint8_t sign = uint8_t((bits >> 24) & 0x80);
+  const uint32_t mag = bits & 0x7FFFFFFF;
+  if (mag > 0x7F800000u) return kE4m3Nan;
+  if (mag > 0x43E00000u) return uint8_t(sign | kE4m3MaxFinite);  // > 448 (Inf included)
+  if (mag < 0x3C800000u) {
+    // Below 2^-6, e4m3 is subnormal: codes 0..8 are multiples of 2^-9 (code 8 is the min normal 2^-6).
+    // a * 2^9 is exact and < 8; adding 2^23 leaves exactly its round-to-nearest-even integer.
+    const float scaled = mul_rn(f32_from_bits(mag), 512.0f);
+    const float magic = 8388608.0f;
+#if defined(__CUDA_ARCH__)
+    const float rounded = __fsub_rn(__fadd_rn(scaled, magic), magic);
+#else
+    volatile float sum = scaled + magic;  // volatile: keep the two roundings apart on every host compiler
+    const float rounded = sum - magic;
+#endif
+    return uint8_t(sign | uint8_t(rounded));
+  }
+  // Normal: keep 3 mantissa bits with RNE on the whole magnitude (a carry moves into the exponent),
+  // then rebias the exponent from 127 to 7.
+  const uint32_t rounded = (mag + 0x7FFFFu + ((mag >> 20) & 1u)) >> 20;
+  return uint8_t(sign | uint8_t(rounded - (120u << 3)));
+}
+
+// e4m3 byte -> fp32, exact.
+MXQ_HD float e4m3_to_f32(uint8_t q) {
+  const uint32_t sign = uint32_t(q & 0x80) << 24;
+  const uint32_t exponent = (q >> 3) & 0xF;
+  const uint32_t mantissa = q & 0x7;
+  if ((q & 0x7F) == 0x7F) return f32_from_bits(0x7FC00000u | sign);
+  if (exponent == 0) {  // subnormal: mantissa * 2^-9
+    return f32_from_bits(f32_bits(mul_rn(float(mantissa), f32_from_bits(0x3B000000u))) | sign);
+  }
+  return f32_from_bits(sign | ((exponent + 120u) << 23) | (mantissa << 20));
+}
+
+// fp32 -> bf16 bits with round to nearest even; NaN stays a quiet NaN.
+MXQ_HD uint16_t bf16_from_f32(float f) {
+  const uint32_t bits = f32_bits(f);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((bits >> 16) | 0x0040u);
+  return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// Dequantization of one element: bf16(e4m3(q) * 2^(s-127)), fp32 product rounded once to bf16.
+MXQ_HD uint16_t dequantize_element(uint8_t q, uint8_t s) {
+  return bf16_from_f32(mul_rn(e4m3_to_f32(q), e8m0_to_f32(s)));
+}
+
+// One whole block: scale byte and 32 data bytes from 32 bf16 values at v[i * stride].
+MXQ_HD uint8_t quantize_block(const uint16_t* v, int stride, ScaleRounding rule, uint8_t* q) {
+  const uint8_t s = e8m0_from_amax_bf16(amax_bits_bf16(v, kBlock, stride), rule);
+  const float r = e8m0_reciprocal(s);
+  for (int i = 0; i < kBlock; ++i) q[i] = e4m3_from_f32(mul_rn(bf16_to_f32(v[i * stride]), r));
+  return s;
+}
+
+}  // namespace mxq
