@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "../kernels/launch.h"
 #include "check.h"
 #include "validate.h"
 
