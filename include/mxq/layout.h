@@ -26,8 +26,9 @@ constexpr int kMaxGroups = 1024; // largest G accepted in grouped mode
 MXQ_HD constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 MXQ_HD constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
-// Byte offset of S[r, c] inside an atom (0..511).
-MXQ_HD constexpr int64_t atom_offset(int64_t r, int64_t c) {
+// Byte offset of S[r, c] inside an atom (0..511). Kernels call it with unsigned in-tile indices.
+template <typename Int>
+MXQ_HD constexpr Int atom_offset(Int r, Int c) {
   return (r % 32) * 16 + ((r % 128) / 32) * 4 + c % 4;
 }
 

@@ -76,13 +76,15 @@ MXQ_HD uint16_t amax_bits_bf16(const uint16_t* v, int n, int stride = 1) {
   return m;
 }
 
-// RCEIL: round d up to a power of two without saturation (SPEC §3 boundary table).
+// RCEIL: round d up to a power of two without saturation (SPEC §3 boundary table). Branch-free: a normal d
+// rounds up when any mantissa bit is set; a zero/subnormal d (exponent 0) only when d > 2^-127; NaN/Inf
+// (exponent 255) and 2^127 < d (254 plus a round-up) both give 255.
 MXQ_HD uint8_t e8m0_rceil_from_d(uint32_t d_bits) {
   const uint32_t exponent = (d_bits >> 23) & 0xFF;
   const uint32_t mantissa = d_bits & 0x7FFFFF;
-  if (exponent == 0xFF) return kE8m0Nan;
-  if (exponent == 0) return mantissa > 0x400000 ? 1 : 0;  // d in (2^-127, 2^-126) rounds up to 2^-126
-  return uint8_t(exponent + (mantissa != 0));           // 254 with a mantissa becomes 255 (NaN)
+  const uint32_t threshold = exponent == 0 ? 0x400000u : 0u;
+  const uint32_t s = exponent + (mantissa > threshold ? 1u : 0u);
+  return uint8_t(s > 255u ? 255u : s);
 }
 
 // FLOOR: round d toward zero to a power of two; zero and subnormal d give 0.
@@ -105,9 +107,8 @@ MXQ_HD uint8_t e8m0_from_amax_bf16(uint16_t amax_bits, ScaleRounding rule) {
 
 // 2^(s-127) as fp32 (s = 0 is the subnormal 0x00400000); 255 is NaN.
 MXQ_HD float e8m0_to_f32(uint8_t s) {
-  if (s == kE8m0Nan) return f32_from_bits(0x7FC00000u);
-  if (s == 0) return f32_from_bits(0x00400000u);
-  return f32_from_bits(uint32_t(s) << 23);
+  const uint32_t bits = s == kE8m0Nan ? 0x7FC00000u : (s == 0 ? 0x00400000u : uint32_t(s) << 23);
+  return f32_from_bits(bits);
 }
 
 // The multiplier r = 2^(127-s) of SPEC §2 step 4: byte (254 - s) mod 256 read as E8M0.

@@ -94,12 +94,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
 
   // ---- load ---- thread (warp, lane), load i: row i*16 + warp*2 + lane/16, chunk lane%16.
   const int chunk = lane % Config::kChunksPerRow;
+  const int row0 = warp * 2 + lane / Config::kChunksPerRow;  // load i covers row row0 + i * kRowsPerLoad
+  const int64_t row_stride = Config::kRowsPerLoad * p.K;
+  const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
   uint4 v[Config::kLoads];
 #pragma unroll
-  for (int i = 0; i < Config::kLoads; ++i) {
-    const int row = i * Config::kRowsPerLoad + warp * 2 + lane / Config::kChunksPerRow;
-    v[i] = ptx::ld_global_nc_v4(p.x + (m0 + row) * p.K + k0 + chunk * Config::kChunk);
-  }
+  for (int i = 0; i < Config::kLoads; ++i) v[i] = ptx::ld_global_nc_v4(x + i * row_stride);
   if constexpr (kCol == ColScales::kKGroups) {
     if (warp == 0) {
       const GroupSpan span = find_group_warp(p.offs, p.num_groups, p.M, m0);
@@ -113,16 +113,16 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   if constexpr (kColwise) {
 #pragma unroll
     for (int i = 0; i < Config::kLoads; ++i) {
-      const int row = i * Config::kRowsPerLoad + warp * 2 + lane / Config::kChunksPerRow;
-      reinterpret_cast<uint4*>(smem.tile[row])[chunk] = v[i];
+      reinterpret_cast<uint4*>(smem.tile[row0 + i * Config::kRowsPerLoad])[chunk] = v[i];
     }
   }
 
   // ---- rowwise ----
   if constexpr (kRowwise) {
+    uint8_t* q_row = p.q_row + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
 #pragma unroll
     for (int i = 0; i < Config::kLoads; ++i) {
-      const int row = i * Config::kRowsPerLoad + warp * 2 + lane / Config::kChunksPerRow;
+      const int row = row0 + i * Config::kRowsPerLoad;
       uint32_t amax = ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
                                      ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2));
       amax = max(amax & 0xFFFFu, amax >> 16);
@@ -131,8 +131,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       const BlockScale bs = block_scale<kRule>(amax);
       uint2 q = make_uint2(quantize_words(v[i].x, v[i].y, bs.r), quantize_words(v[i].z, v[i].w, bs.r));
       if (bs.s == kE8m0Nan) q = make_uint2(kNanWord, kNanWord);
-      ptx::st_global_v2(p.q_row + (m0 + row) * p.K + k0 + chunk * Config::kChunk, q);
-      if (lane % 4 == 0) smem.row_atom[atom_offset(row, chunk / 4)] = bs.s;
+      ptx::st_global_v2(q_row + i * row_stride, q);
+      if (lane % 4 == 0) smem.row_atom[atom_offset<unsigned>(row, chunk / 4)] = bs.s;
     }
   }
   __syncthreads();
@@ -169,8 +169,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       smem.col_atom[k * Config::kColBlocks + blk] = lo.s;
       smem.col_atom[(k + 1) * Config::kColBlocks + blk] = hi.s;
     } else {
-      smem.col_atom[atom_offset(k, blk)] = lo.s;
-      smem.col_atom[atom_offset(k + 1, blk)] = hi.s;
+      smem.col_atom[atom_offset<unsigned>(k, blk)] = lo.s;
+      smem.col_atom[atom_offset<unsigned>(k + 1, blk)] = hi.s;
     }
     __syncthreads();
 
