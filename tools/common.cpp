@@ -1,0 +1,178 @@
+#include "common.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <ctime>
+#include <iomanip>
+#include <sstream>
+#include <stdexcept>
+
+#include "mxq/mxq.h"
+
+namespace mxq::tools {
+
+MatrixShape parse_shape(const std::string& text) {
+  const size_t sep = text.find_first_of("xX,");
+  auto parse_dim = [&](const std::string& part) -> int64_t {
+    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
+      throw std::invalid_argument("shape must look like MxK (e.g. 4096x4096), got \"" + text +
+                                  "\"");
+    }
+    return std::stoll(part);
+  };
+  if (sep == std::string::npos) {
+    throw std::invalid_argument("shape must look like MxK (e.g. 4096x4096), got \"" + text + "\"");
+  }
+  return {parse_dim(text.substr(0, sep)), parse_dim(text.substr(sep + 1))};
+}
+
+std::vector<uint16_t> random_bf16(const MatrixShape& shape, uint64_t seed) {
+  std::vector<uint16_t> x(static_cast<size_t>(shape.elements()));
+  const int64_t tile_cols = ceil_div(shape.K, kBlock);
+  Rng rng(seed);
+  // One exponent per 32x32 tile, in [-12, 12].
+  std::vector<int> tile_exp(static_cast<size_t>(ceil_div(shape.M, kBlock) * tile_cols));
+  for (int& e : tile_exp) e = static_cast<int>(rng.uniform(-12, 12));
+  for (int64_t m = 0; m < shape.M; ++m) {
+    const int* row_exp = &tile_exp[static_cast<size_t>((m / kBlock) * tile_cols)];
+    // Each row also gets a shift in [-4, 0]: a 1x32 block's scale then differs from the 32x1 blocks
+    // crossing it.
+    const int row_shift = -static_cast<int>(rng.uniform(0, 4));
+    for (int64_t k = 0; k < shape.K; ++k) {
+      // 24 random bits -> a uniform value in (-1, 1), exact in fp32.
+      const uint64_t bits = rng.next();
+      const float u =
+          static_cast<float>(static_cast<int64_t>(bits >> 40) - (1 << 23)) / float(1 << 23);
+      x[static_cast<size_t>(m * shape.K + k)] =
+          bf16_from_f32(std::ldexp(u, row_exp[k / kBlock] + row_shift));
+    }
+  }
+  return x;
+}
+
+std::vector<int32_t> random_group_offsets(int64_t M, int num_groups, uint64_t seed) {
+  if (num_groups < 1)
+    throw std::invalid_argument("groups must be >= 1, got " + std::to_string(num_groups));
+  Rng rng(seed ^ 0xA11CEull);
+  const int64_t units = M / kGroupAlign;  // rows in steps of 128
+  const int64_t tail = units >= 2 ? rng.uniform(1, std::max<int64_t>(1, units / 8)) : 0;
+  const int64_t covered = units - tail;
+  // G-1 sorted cut points in [0, covered]; the last group ends at `covered` (the tail follows it).
+  std::vector<int64_t> ends(static_cast<size_t>(num_groups), covered);
+  for (int g = 0; g + 1 < num_groups; ++g) ends[static_cast<size_t>(g)] = rng.uniform(0, covered);
+  std::sort(ends.begin(), ends.end() - 1);
+  bool has_empty = num_groups >= 2 && ends[0] == 0;
+  for (int g = 1; g < num_groups; ++g) has_empty |= ends[size_t(g)] == ends[size_t(g - 1)];
+  if (num_groups >= 2 && !has_empty) {
+    // Make group g empty by moving its start up to its end; the order is kept.
+    const int g = static_cast<int>(rng.uniform(1, num_groups - 1));
+    ends[static_cast<size_t>(g - 1)] = ends[static_cast<size_t>(g)];
+  }
+  std::vector<int32_t> offs(static_cast<size_t>(num_groups));
+  for (size_t g = 0; g < offs.size(); ++g) offs[g] = static_cast<int32_t>(ends[g] * kGroupAlign);
+  return offs;
+}
+
+std::string describe_groups(const std::vector<int32_t>& offs, int64_t M) {
+  std::ostringstream os;
+  int empty = 0;
+  int32_t prev = 0;
+  for (int32_t end : offs) {
+    empty += end == prev;
+    prev = end;
+  }
+  os << offs.size() << " groups (" << empty << " empty), covered rows " << prev << ", tail "
+     << (M - prev) << " rows; sizes [";
+  prev = 0;
+  const size_t shown = std::min<size_t>(offs.size(), 16);
+  for (size_t g = 0; g < shown; ++g) {
+    os << (g ? ", " : "") << (offs[g] - prev);
+    prev = offs[g];
+  }
+  if (shown < offs.size()) os << ", ... (" << offs.size() - shown << " more)";
+  os << "]";
+  return os.str();
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  const double lower =
+      *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid));
+  return 0.5 * (lower + upper);
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(u == 0 || bytes >= 100 ? 0 : 2) << bytes << " " << units[u];
+  return os.str();
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << value;
+  return os.str();
+}
+
+std::string Table::str() const {
+  std::vector<size_t> width(header_.size(), 0);
+  auto measure = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < row.size() && c < width.size(); ++c)
+      width[c] = std::max(width[c], row[c].size());
+  };
+  measure(header_);
+  for (const auto& row : rows_) measure(row);
+  std::ostringstream os;
+  auto emit = [&](const std::vector<std::string>& row) {
+    for (size_t c = 0; c < width.size(); ++c) {
+      const std::string cell = c < row.size() ? row[c] : "";
+      os << (c ? "  " : "") << (c == 0 ? std::left : std::right)
+         << std::setw(static_cast<int>(width[c])) << cell;
+    }
+    os << "\n";
+  };
+  emit(header_);
+  size_t total = 0;
+  for (size_t w : width) total += w + 2;
+  os << std::string(total > 2 ? total - 2 : 0, '-') << "\n";
+  for (const auto& row : rows_) emit(row);
+  return os.str();
+}
+
+static std::string format_time(const char* fmt) {
+  const std::time_t t = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char buf[64];
+  std::strftime(buf, sizeof buf, fmt, &local);
+  return buf;
+}
+
+std::string today() { return format_time("%Y-%m-%d"); }
+std::string now_iso8601() { return format_time("%Y-%m-%dT%H:%M:%S%z"); }
+
+std::string slug(const std::string& text) {
+  std::string out;
+  for (char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c)) {
+      out += static_cast<char>(std::tolower(c));
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "unknown" : out;
+}
+
+}  // namespace mxq::tools

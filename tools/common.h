@@ -1,0 +1,82 @@
+// Pieces shared by the mxq command-line tool's subcommands: shapes, random inputs, MoE group
+// offsets, statistics and plain-text tables. Host-only; no CUDA headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mxq::tools {
+
+// Exit codes of the tool. Failure: a byte-exact check failed, or an error (mxq::Error, CUDA) was
+// raised. Unavailable: the subcommand needs what this build or machine lacks.
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;
+constexpr int kExitUnavailable = 2;
+
+// A logical bf16 (M, K) input shape, written "MxK" on the command line.
+struct MatrixShape {
+  int64_t M = 0;
+  int64_t K = 0;
+  int64_t elements() const { return M * K; }
+  std::string str() const { return std::to_string(M) + "x" + std::to_string(K); }
+};
+// Parses "MxK" (also "M,K"); throws std::invalid_argument with the offending text.
+MatrixShape parse_shape(const std::string& text);
+
+// A small, fast, seedable generator (SplitMix64): the same seed gives the same tensors everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
+    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
+  }
+
+ private:
+  uint64_t state_;
+};
+
+// Random bf16 bits, row-major (M, K): uniform in (-1, 1) times 2^(e_tile + e_row), e_tile drawn per
+// 32x32 tile from [-12, 12] and e_row per row from [-4, 0], so that neighbouring blocks of both
+// axes get different scale bytes and a row block's scale differs from those of the column blocks
+// crossing it.
+std::vector<uint16_t> random_bf16(const MatrixShape& shape, uint64_t seed);
+
+// G cumulative end offsets for grouped (MoE) mode: random group sizes that are multiples of 128, at
+// least one empty group when G >= 2, and an uncovered tail when M >= 256 (offs[G-1] < M). SPEC §6.
+std::vector<int32_t> random_group_offsets(int64_t M, int num_groups, uint64_t seed);
+std::string describe_groups(const std::vector<int32_t>& offs, int64_t M);
+
+double median(std::vector<double> values);
+
+// "1.50 GiB", "512 KiB", "37 B".
+std::string format_bytes(double bytes);
+// Fixed-point with `digits` decimals.
+std::string fixed(double value, int digits);
+
+// A plain-text table with aligned columns; numbers read better right-aligned, so every column after
+// the first is right-aligned.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  std::string str() const;
+
+ private:
+  std::vector<std::string> header_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// Today's local date, "YYYY-MM-DD", and the current time in ISO 8601.
+std::string today();
+std::string now_iso8601();
+// "NVIDIA H200" -> "nvidia-h200".
+std::string slug(const std::string& text);
+
+}  // namespace mxq::tools

@@ -1,0 +1,59 @@
+// `mxq demo`: quantize one random bf16 tensor on both axes, check the GPU paths byte-exact against
+// the CPU reference, and show what came out.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common.h"
+#include "mxq/mxq.h"
+
+namespace mxq::tools {
+
+struct DemoOptions {
+  MatrixShape shape{4096, 4096};
+  std::string rule = "rceil";
+  int groups = 0;  // 0: dense
+  uint64_t seed = 1;
+  bool cpu_only = false;
+  int repeats = 5;  // timed GPU runs per path (the median is shown)
+};
+int run_demo(const DemoOptions& options);
+
+// The input of one demo run, on the host.
+struct DualInput {
+  MatrixShape shape;
+  ScaleRounding rule = ScaleRounding::kRceil;
+  std::vector<uint16_t> x;    // bf16 bits, row-major (M, K)
+  std::vector<int32_t> offs;  // empty: dense
+  int64_t groups() const { return static_cast<int64_t>(offs.size()); }
+};
+
+// The four outputs of quantize_dual, on the host, sized as the API says (layout.h).
+struct DualOutputs {
+  std::vector<uint8_t> q_row, s_row, q_col, s_col;
+  static DualOutputs allocate(const MatrixShape& s, int64_t groups);
+};
+
+// One named output for tables and comparisons.
+struct OutputView {
+  const char* name;
+  Shape2d shape;
+  const std::vector<uint8_t>* bytes;
+};
+std::vector<OutputView> views(const DualOutputs& out, const MatrixShape& s, int64_t groups);
+
+#if defined(MXQ_WITH_CUDA)
+// The two GPU paths of the demo (demo_gpu.cpp).
+enum class DualPath { kFused, kComposed };
+const char* path_name(DualPath path);
+struct GpuDualRun {
+  DualOutputs out;               // from a run into outputs poisoned with 0xA5 first
+  std::vector<double> times_ms;  // one per timed run, cudaEvent elapsed time
+  int32_t status = 0;            // grouped: the status word (0 = offs well formed)
+};
+GpuDualRun run_gpu_dual(const DualInput& in, DualPath path, int repeats);
+#endif
+
+}  // namespace mxq::tools

@@ -1,0 +1,159 @@
+// CUDA helpers of the mxq tool: RAII wrappers, device facts, and the two kernels the benchmark
+// needs to make inputs (fill_random_bf16) and compare outputs (count_mismatches) on the device
+// without host round trips.
+#include <cuda_runtime.h>
+
+#include <sstream>
+
+#include "gpu.h"
+
+namespace mxq::tools {
+
+void cuda_fail(const char* call, cudaError_t err, const char* file, int line) {
+  std::ostringstream os;
+  os << "CUDA error " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ") in " << call
+     << " (" << file << ":" << line << ")";
+  throw std::runtime_error(os.str());
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) MXQ_TOOL_CUDA(cudaMalloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_ != nullptr) cudaFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = o.bytes_;
+  }
+  return *this;
+}
+
+Stream::Stream() { MXQ_TOOL_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::~Stream() { cudaStreamDestroy(stream_); }
+
+Event::Event() { MXQ_TOOL_CUDA(cudaEventCreate(&event_)); }
+Event::~Event() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+float elapsed_ms(const Event& start, const Event& stop) {
+  MXQ_TOOL_CUDA(cudaEventSynchronize(stop.get()));
+  float ms = 0;
+  MXQ_TOOL_CUDA(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+  return ms;
+}
+
+static std::string version_text(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+std::string DeviceInfo::driver_text() const { return version_text(driver_version); }
+std::string DeviceInfo::runtime_text() const { return version_text(runtime_version); }
+std::string DeviceInfo::toolkit_text() const { return version_text(toolkit_version); }
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+DeviceInfo query_device() {
+  DeviceInfo info;
+  MXQ_TOOL_CUDA(cudaGetDevice(&info.index));
+  cudaDeviceProp prop{};
+  MXQ_TOOL_CUDA(cudaGetDeviceProperties(&prop, info.index));
+  info.name = prop.name;
+  info.cc_major = prop.major;
+  info.cc_minor = prop.minor;
+  info.sm_count = prop.multiProcessorCount;
+  info.l2_bytes = prop.l2CacheSize;
+  info.memory_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  MXQ_TOOL_CUDA(cudaDriverGetVersion(&info.driver_version));
+  MXQ_TOOL_CUDA(cudaRuntimeGetVersion(&info.runtime_version));
+  info.toolkit_version = CUDART_VERSION;
+  return info;
+}
+
+namespace {
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_random_bf16_kernel(uint16_t* x, int64_t n, int64_t cols, uint64_t seed) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const int64_t row = i / cols;
+    const int64_t col = i - row * cols;
+    const uint64_t tile = (uint64_t(row / 32) << 32) ^ uint64_t(col / 32);
+    const int e = int(mix64(seed ^ (tile * 0x9E3779B97F4A7C15ull)) % 25) - 12;
+    const uint64_t bits = mix64(seed + uint64_t(i) * 0x9E3779B97F4A7C15ull);
+    const float u = float(int64_t(bits >> 40) - (1 << 23)) * (1.0f / float(1 << 23));
+    const uint32_t f = __float_as_uint(ldexpf(u, e));
+    x[i] = uint16_t((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);  // RNE to bf16 (no NaN can arise here)
+  }
+}
+
+__global__ void count_mismatches_kernel(const uint8_t* a, const uint8_t* b, int64_t n,
+                                        unsigned long long* count) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  unsigned long long local = 0;
+  const int64_t words = n / 16;
+  const auto* a16 = reinterpret_cast<const uint4*>(a);
+  const auto* b16 = reinterpret_cast<const uint4*>(b);
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < words; i += stride) {
+    const uint4 va = a16[i];
+    const uint4 vb = b16[i];
+    const uint32_t xa[4] = {va.x, va.y, va.z, va.w};
+    const uint32_t xb[4] = {vb.x, vb.y, vb.z, vb.w};
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t d = xa[w] ^ xb[w];
+      local += ((d & 0xFFu) != 0) + ((d & 0xFF00u) != 0) + ((d & 0xFF0000u) != 0) +
+               ((d & 0xFF000000u) != 0);
+    }
+  }
+  for (int64_t i = words * 16 + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    local += a[i] != b[i];
+  }
+  if (local != 0) atomicAdd(count, local);
+}
+
+int grid_for(int64_t work, int threads) {
+  const int64_t blocks = (work + threads - 1) / threads;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
+}
+
+}  // namespace
+
+void fill_random_bf16(uint16_t* x, int64_t n, int64_t cols, uint64_t seed, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_random_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, cols, seed);
+  MXQ_TOOL_CUDA(cudaGetLastError());
+}
+
+int64_t count_mismatches(const uint8_t* a, const uint8_t* b, int64_t n, cudaStream_t stream) {
+  // Both pointers come from cudaMalloc (256-byte aligned), so the 16-byte loads are aligned.
+  DeviceBuffer count(sizeof(unsigned long long));
+  MXQ_TOOL_CUDA(cudaMemsetAsync(count.get(), 0, count.bytes(), stream));
+  if (n > 0) {
+    count_mismatches_kernel<<<grid_for(n / 16 + 1, 256), 256, 0, stream>>>(
+        a, b, n, count.as<unsigned long long>());
+    MXQ_TOOL_CUDA(cudaGetLastError());
+  }
+  unsigned long long host = 0;
+  MXQ_TOOL_CUDA(cudaMemcpyAsync(&host, count.get(), sizeof host, cudaMemcpyDeviceToHost, stream));
+  MXQ_TOOL_CUDA(cudaStreamSynchronize(stream));
+  return static_cast<int64_t>(host);
+}
+
+}  // namespace mxq::tools
