@@ -26,15 +26,20 @@ constexpr uint32_t kNanWord = 0x7F7F7F7Fu;  // four e4m3 NaN bytes
 
 // ---- packed block math ----
 
-// Scale byte and multiplier of one block from its amax (bf16 bits).
+// Scale byte, multiplier and NaN mask of one block from its amax (bf16 bits).
+// NOTES: a NaN/Inf block (s = 255) is written as 0x7F bytes through `nan` (all ones) with plain bit operations:
+// a conditional here becomes a branch around the conversion, and the compiler then recomputes r inside every
+// branch (measured: +160 instructions per thread in the colwise pass).
 struct BlockScale {
   uint8_t s;
   float r;
+  uint32_t nan;
+  __device__ __forceinline__ uint32_t select(uint32_t q) const { return (q & ~nan) | (kNanWord & nan); }
 };
 template <ScaleRounding kRule>
 __device__ __forceinline__ BlockScale block_scale(uint32_t amax_bits) {
   const uint8_t s = e8m0_from_amax_bf16(static_cast<uint16_t>(amax_bits), kRule);
-  return {s, e8m0_reciprocal(s)};
+  return {s, e8m0_reciprocal(s), s == kE8m0Nan ? 0xFFFFFFFFu : 0u};
 }
 
 // Four e4m3 bytes from two words of two bf16 each (element order kept: w0.lo, w0.hi, w1.lo, w1.hi).

@@ -3,8 +3,6 @@
 // refuses other devices before any launch (require_supported_device).
 #pragma once
 
-#include <cuda/ptx>
-
 #include <cstdint>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
@@ -48,37 +46,6 @@ __device__ __forceinline__ uint16_t cvt_e4m3x2(float hi, float lo) {
   uint16_t d;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
   return d;
-}
-
-// ---- bulk async copies completing on an mbarrier (via CCCL's cuda::ptx) ----
-
-// mbarrier.init (9.7.13.15.9) + fence.mbarrier_init (9.7.13.4): make the initialized barrier visible to the
-// async proxy before the first bulk copy signals it.
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
-  cuda::ptx::mbarrier_init(bar, arrivals);
-}
-__device__ __forceinline__ void fence_mbarrier_init() {
-  cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
-}
-
-// mbarrier.arrive.expect_tx (9.7.13.15.11): this thread's arrival plus the bytes the phase must receive.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
-  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta,
-                                             cuda::ptx::space_shared, bar, bytes);
-}
-
-// mbarrier.try_wait.parity (9.7.13.15.16), spun until the phase of the given parity has completed.
-__device__ __forceinline__ void mbarrier_wait_parity(uint64_t* bar, uint32_t parity) {
-  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
-  }
-}
-
-// cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes (9.7.9.25.4.1): a contiguous global ->
-// shared copy (16-byte aligned, size a multiple of 16) that signals `bar` with its byte count.
-__device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
-                                              uint64_t* bar) {
-  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem_dst, gmem_src, bytes,
-                           bar);
 }
 
 }  // namespace mxq::ptx

@@ -7,22 +7,25 @@
 // Rounding: RCEIL or FLOOR scale (numerics.h), e4m3 by cvt.rn.satfinite; blocks with NaN/Inf become all 0x7F.
 //
 // One CTA quantizes one 128x128 tile, which maps to exactly one 512-byte scale atom per axis.
-//   ---- load ----     256 threads issue 8 16-byte loads each (32 KiB in flight per CTA) into registers.
-//   ---- rowwise ----  4 adjacent lanes hold one 1x32 block: amax by packed max + 2 shuffles, convert in
-//                      registers, 8-byte stores (a warp writes two whole 128-byte lines).
-//   ---- colwise ----  the tile is staged in shared memory; each thread reads one column pair of one 32-row
-//                      block as packed words (conflict-free), converts, and writes its 2x32 bytes into a
-//                      transposed shared tile, which the CTA then stores as whole 128-byte rows of q_col.
+//   ---- load ----     each thread loads two whole 1x32 blocks (4 x 16 bytes each) into registers: 32 KiB in
+//                      flight per CTA, 4 CTAs per SM.
+//   ---- rowwise ----  a thread quantizes its own blocks (amax, scale, convert; no shuffles), then swaps half
+//                      a block with its neighbour lane so that every 16-byte store completes a 32-byte sector.
+//   ---- colwise ----  the tile is staged in shared memory (16-byte chunks XOR-swizzled per row); each thread
+//                      reads one column pair of one 32-row block as packed words, converts, and writes 2x32
+//                      bytes into a transposed shared tile that the CTA stores as whole 128-byte rows of q_col.
 // NOTES:
-// - Rejected: storing q_col straight from registers (each lane its own output row): uncoalesced, measured at
-//   52-69% of the copy roof by the access-pattern probe (shared/anchors); staging makes every store a full line.
-// - Rejected: a TMA load of the tile: the rowwise half wants the data in registers anyway, and plain 16-byte
-//   loads from 4 resident CTAs keep 128 KiB per SM in flight, enough for the H200's bandwidth-latency product.
+// - The kernel is issue-bound as much as memory-bound (ncu, 32768x7168: 0.51 warp-instructions per cycle per
+//   scheduler, DRAM 65%), so per-element instruction count is what the layout choices above minimise.
+// - Rejected: 4 lanes per rowwise block (8 values per lane, amax by 2 shuffles): every lane recomputed the scale
+//   and the shuffles serialised the block; owning whole blocks halves the rowwise instructions.
+// - Rejected: storing q_col straight from registers (each lane its own output row): uncoalesced, 52-69% of the
+//   copy roof in the access-pattern probe (shared/anchors); staging makes every store a full 128-byte line.
+// - Rejected: a persistent grid streaming tiles through 2-3 shared-memory stages with bulk copies (one
+//   cp.async.bulk per 256-byte tile row, mbarrier completion): the stages cost occupancy (2 or 1 CTAs per SM)
+//   and the kernel is latency-bound in its convert phase, so it ran at 2.4 TB/s (2 stages) and 1.45 TB/s
+//   (3 stages) against 3.2 TB/s for this design (H200, 131072x7168, fused).
 #include <cuda_runtime.h>
-
-#include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "common.cuh"
 #include "launch.h"
@@ -35,22 +38,25 @@ enum class ColScales { kNone, kPlain, kBlocked, kKGroups };
 struct Config {
   static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kChunk = 8;                        // bf16 per 16-byte load
-  static constexpr int kChunksPerRow = kTile / kChunk;    // 16
-  static constexpr int kRowsPerLoad = kThreads / kChunksPerRow;  // 16 rows per CTA-wide load
-  static constexpr int kLoads = kTile / kRowsPerLoad;     // 8 loads per thread
-  static constexpr int kColPairs = kTile / 2;             // 64 packed column pairs
-  static constexpr int kColBlocks = kTile / kBlock;       // 4 32-row blocks per tile
+  static constexpr int kChunk = 8;                             // bf16 per 16-byte load
+  static constexpr int kChunksPerBlock = kBlock / kChunk;      // 4
+  static constexpr int kBlocksPerRow = kTile / kBlock;         // 4
+  static constexpr int kRowBlocksPerThread = kTile * kBlocksPerRow / kThreads;  // 2
+  static constexpr int kRowsPerWarp = kTile / kWarps;          // 16
+  static constexpr int kColPairs = kTile / 2;                  // 64 packed column pairs
+  static constexpr int kColBlocks = kTile / kBlock;            // 4 32-row blocks per tile
   static constexpr int kMinBlocksPerSm = 4;
   static_assert(kThreads % 32 == 0, "threads must be whole warps");
   static_assert(kTile % kBlock == 0, "tile must hold whole blocks");
-  static_assert(kChunk * 4 == kBlock, "4 lanes hold one 1x32 block");
+  static_assert(kRowsPerWarp * kBlocksPerRow == 32 * kRowBlocksPerThread,
+                "a warp owns 16 rows: lane l takes blocks l and l+32 of them");
+  static_assert(kBlocksPerRow % 2 == 0, "neighbour lanes pair up on adjacent blocks for full-sector stores");
   static_assert(kThreads == kColPairs * kColBlocks, "one colwise work item (column pair x block) per thread");
   static_assert(kTile / kBlock == kAtomCols && kTile == kAtomRows, "a tile maps to one 128x4 scale atom");
 };
 
 struct alignas(16) SharedStorage {
-  alignas(16) uint32_t tile[kTile][kTile / 2];        // bf16 tile as packed pairs, [row][pair]  (32 KiB)
+  alignas(16) uint4 tile[kTile][kTile / 8];           // bf16 tile, [row][16-byte chunk, tile_chunk()] (32 KiB)
   alignas(16) uint4 q_col[kTile][kTile / 16];         // transposed e4m3, [k][16-byte chunk, swizzled] (16 KiB)
   alignas(16) uint8_t row_atom[kAtomBytes];           // s_row atom of this tile
   alignas(16) uint8_t col_atom[kAtomBytes];           // s_col atom (blocked layouts) or [k][block] (plain)
@@ -68,37 +74,58 @@ struct TileParams {
   const int32_t* offs;
   int num_groups;
   int32_t* status;
-  int64_t tiles;
-  int64_t tile_ctas;  // CTAs that quantize tiles; those past it zero-fill the K-groups slack
+  int64_t tiles;  // CTAs past this zero-fill the K-groups slack
 };
 
-// Chunk index j of transposed row k, swizzled so that the 8 lanes of a 16-byte store phase, which write rows
-// k = 2*lane (+1), hit 8 different bank groups.
-__device__ __forceinline__ int swizzle_chunk(int k, int j) { return j ^ ((k >> 1) & 7); }
+// Physical 16-byte chunk of logical chunk c (0..15) in row `row` of the staged bf16 tile. The rowwise stage
+// writes, per 8-lane store phase, rows r and r+1 at chunks 4*blk+i (blk 0..3): XOR-ing 2*(row&1) + c/8 into
+// the low bits spreads them over 8 bank groups; the colwise stage reads 8 consecutive chunks of one row, which
+// any XOR within the row keeps distinct.
+__device__ __forceinline__ int tile_chunk(int row, int c) { return c ^ ((2 * (row & 1) + (c >> 3)) & 7); }
 
-// ---- the three phases of a tile, shared by both kernels ----
+// Chunk j of transposed row k of the staged q_col tile, swizzled so that the 8 lanes of a 16-byte store phase,
+// which write rows k = 2*lane (+1), hit 8 different bank groups.
+__device__ __forceinline__ int q_col_chunk(int k, int j) { return j ^ ((k >> 1) & 7); }
 
-// Rowwise: one 16-byte chunk (8 values) of tile row `row`; 4 adjacent lanes hold one 1x32 block.
+// ---- the three phases of a tile ----
+
+// Rowwise: one whole 1x32 block v[0..3] per thread. Lanes 2i and 2i+1 hold adjacent blocks of one row and
+// exchange half a block, so each of the two 16-byte stores of the pair completes one 32-byte sector.
 template <ScaleRounding kRule>
-__device__ __forceinline__ void rowwise_chunk(uint4 v, int row, int chunk, uint8_t* q_row_dst,
-                                              uint8_t* row_atom) {
-  const int lane = threadIdx.x % 32;
-  uint32_t amax = ptx::max_u16x2(ptx::max_u16x2(v.x & kAbsMask2, v.y & kAbsMask2),
-                                 ptx::max_u16x2(v.z & kAbsMask2, v.w & kAbsMask2));
-  amax = max(amax & 0xFFFFu, amax >> 16);
-  amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
-  amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
-  const BlockScale bs = block_scale<kRule>(amax);
-  uint2 q = make_uint2(quantize_words(v.x, v.y, bs.r), quantize_words(v.z, v.w, bs.r));
-  if (bs.s == kE8m0Nan) q = make_uint2(kNanWord, kNanWord);
-  ptx::st_global_v2(q_row_dst, q);
-  if (lane % 4 == 0) row_atom[atom_offset<unsigned>(row, chunk / 4)] = bs.s;
+__device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock], uint8_t* q_pair) {
+  uint32_t m2 = 0;
+#pragma unroll
+  for (int i = 0; i < Config::kChunksPerBlock; ++i) {
+    m2 = ptx::max_u16x2(m2, ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
+                                           ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
+  }
+  const BlockScale bs = block_scale<kRule>(max(m2 & 0xFFFFu, m2 >> 16));
+  uint4 q[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    q[h] = make_uint4(bs.select(quantize_words(v[2 * h].x, v[2 * h].y, bs.r)),
+                      bs.select(quantize_words(v[2 * h].z, v[2 * h].w, bs.r)),
+                      bs.select(quantize_words(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
+                      bs.select(quantize_words(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
+  }
+  // Even lane: stores its first half and, one block on, its neighbour's first half. Odd lane: its neighbour's
+  // second half, then its own second half.
+  const bool odd = threadIdx.x & 1;
+  const uint4 send = odd ? q[0] : q[1];
+  uint4 recv;
+  recv.x = __shfl_xor_sync(0xFFFFFFFFu, send.x, 1);
+  recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
+  recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
+  recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
+  ptx::st_global_v4(q_pair, odd ? recv : q[0]);
+  ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
+  return bs.s;
 }
 
 // Colwise: this thread's column pair of one 32-row block, read from the staged bf16 tile, converted into the
 // transposed q_col tile and the colwise scale staging (atom layout, or [k][block] for plain scales).
 template <ColScales kCol, ScaleRounding kRule>
-__device__ __forceinline__ void colwise_pair(const uint32_t (*tile)[kTile / 2], uint4 (*q_col)[kTile / 16],
+__device__ __forceinline__ void colwise_pair(const uint4 (*tile)[kTile / 8], uint4 (*q_col)[kTile / 16],
                                              uint8_t* col_atom) {
   const int pair = threadIdx.x % Config::kColPairs;
   const int blk = threadIdx.x / Config::kColPairs;
@@ -106,7 +133,8 @@ __device__ __forceinline__ void colwise_pair(const uint32_t (*tile)[kTile / 2], 
   uint32_t amax = 0;
 #pragma unroll
   for (int j = 0; j < kBlock; ++j) {
-    w[j] = tile[blk * kBlock + j][pair];
+    const int row = blk * kBlock + j;
+    w[j] = reinterpret_cast<const uint32_t*>(&tile[row][tile_chunk(row, pair / 4)])[pair % 4];
     amax = ptx::max_u16x2(amax, w[j] & kAbsMask2);
   }
   const BlockScale lo = block_scale<kRule>(amax & 0xFFFFu);
@@ -115,15 +143,15 @@ __device__ __forceinline__ void colwise_pair(const uint32_t (*tile)[kTile / 2], 
   uint32_t q_lo[8], q_hi[8];
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    q_lo[j] = lo.s == kE8m0Nan ? kNanWord : quantize_column4<false>(w + 4 * j, lo.r);
-    q_hi[j] = hi.s == kE8m0Nan ? kNanWord : quantize_column4<true>(w + 4 * j, hi.r);
+    q_lo[j] = lo.select(quantize_column4<false>(w + 4 * j, lo.r));
+    q_hi[j] = hi.select(quantize_column4<true>(w + 4 * j, hi.r));
   }
   const int k = 2 * pair;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    q_col[k][swizzle_chunk(k, 2 * blk + h)] =
+    q_col[k][q_col_chunk(k, 2 * blk + h)] =
         make_uint4(q_lo[4 * h], q_lo[4 * h + 1], q_lo[4 * h + 2], q_lo[4 * h + 3]);
-    q_col[k + 1][swizzle_chunk(k + 1, 2 * blk + h)] =
+    q_col[k + 1][q_col_chunk(k + 1, 2 * blk + h)] =
         make_uint4(q_hi[4 * h], q_hi[4 * h + 1], q_hi[4 * h + 2], q_hi[4 * h + 3]);
   }
   if constexpr (kCol == ColScales::kPlain) {
@@ -138,8 +166,7 @@ __device__ __forceinline__ void colwise_pair(const uint32_t (*tile)[kTile / 2], 
 // Stores of the staged colwise tile and both scale atoms (after a barrier over the staging).
 template <bool kRowwise, ColScales kCol>
 __device__ __forceinline__ void store_staged(const TileParams& p, int64_t m0, int64_t k0,
-                                             const uint4 (*q_col)[kTile / 16], const uint8_t* row_atom,
-                                             const uint8_t* col_atom, GroupSpan span) {
+                                             const SharedStorage& smem) {
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
@@ -150,29 +177,29 @@ __device__ __forceinline__ void store_staged(const TileParams& p, int64_t m0, in
       const int idx = i * Config::kThreads + tid;
       const int kr = idx / (kTile / 16);
       const int j = idx % (kTile / 16);
-      ptx::st_global_v4(p.q_col + (k0 + kr) * p.M + m0 + j * 16, q_col[kr][swizzle_chunk(kr, j)]);
+      ptx::st_global_v4(p.q_col + (k0 + kr) * p.M + m0 + j * 16, smem.q_col[kr][q_col_chunk(kr, j)]);
     }
     if constexpr (kCol == ColScales::kPlain) {
       if (tid < kTile) {  // row k of S_col (K, M/32): this tile's 4 bytes, one aligned word
         *reinterpret_cast<uint32_t*>(p.s_col + (k0 + tid) * (p.M / kBlock) + m0 / kBlock) =
-            reinterpret_cast<const uint32_t*>(col_atom)[tid];
+            reinterpret_cast<const uint32_t*>(smem.col_atom)[tid];
       }
     } else if (warp == 0) {
       int64_t atom = -1;
       if constexpr (kCol == ColScales::kBlocked) {
         atom = blocked_offset(k0, m0 / kBlock, p.M / kBlock);
-      } else if (span.end > span.begin) {  // the uncovered tail places no scales
-        atom = kgroups_atom_offset(span, p.K, k0, m0);
+      } else if (smem.span.end > smem.span.begin) {  // the uncovered tail places no scales
+        atom = kgroups_atom_offset(smem.span, p.K, k0, m0);
       }
       if (atom >= 0) {
-        ptx::st_global_v4(p.s_col + atom + lane * 16, reinterpret_cast<const uint4*>(col_atom)[lane]);
+        ptx::st_global_v4(p.s_col + atom + lane * 16, reinterpret_cast<const uint4*>(smem.col_atom)[lane]);
       }
     }
   }
   if constexpr (kRowwise) {
     if (warp == Config::kWarps - 1) {
       const int64_t atom = blocked_offset(m0, k0 / kBlock, p.K / kBlock);
-      ptx::st_global_v4(p.s_row + atom + lane * 16, reinterpret_cast<const uint4*>(row_atom)[lane]);
+      ptx::st_global_v4(p.s_row + atom + lane * 16, reinterpret_cast<const uint4*>(smem.row_atom)[lane]);
     }
   }
 }
@@ -181,30 +208,35 @@ template <bool kRowwise, ColScales kCol, ScaleRounding kRule>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     quantize_tile_kernel(const TileParams p) {
   constexpr bool kColwise = kCol != ColScales::kNone;
-  extern __shared__ __align__(128) uint8_t smem_raw[];
+  extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
 
   if constexpr (kCol == ColScales::kKGroups) {
-    if (blockIdx.x >= p.tile_ctas) {
-      zero_fill_slack(p.s_col, p.offs, p.num_groups, p.M, p.K, blockIdx.x - p.tile_ctas, p.status);
+    if (blockIdx.x >= p.tiles) {
+      zero_fill_slack(p.s_col, p.offs, p.num_groups, p.M, p.K, blockIdx.x - p.tiles, p.status);
       return;
     }
   }
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   const int64_t k_tiles = p.K / kTile;
   const int64_t m0 = blockIdx.x / k_tiles * kTile;
   const int64_t k0 = blockIdx.x % k_tiles * kTile;
 
-  // ---- load ---- thread (warp, lane), load i: row row0 + i*16, chunk lane%16.
-  const int chunk = lane % Config::kChunksPerRow;
-  const int row0 = warp * 2 + lane / Config::kChunksPerRow;
-  const int64_t row_stride = Config::kRowsPerLoad * p.K;
-  const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
-  uint4 v[Config::kLoads];
+  // ---- load ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block b is row
+  // 16w + b/4, columns 32*(b%4).. (so a load instruction touches 8 rows x 4 blocks x 16 bytes).
+  const int blk = lane % Config::kBlocksPerRow;
+  const int row0 = warp * Config::kRowsPerWarp + lane / Config::kBlocksPerRow;  // + 8 for the second block
+  constexpr int kRowStep = 32 / Config::kBlocksPerRow;                           // 8
+  const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + blk * kBlock;
+  uint4 v[Config::kRowBlocksPerThread][Config::kChunksPerBlock];
 #pragma unroll
-  for (int i = 0; i < Config::kLoads; ++i) v[i] = ptx::ld_global_nc_v4(x + i * row_stride);
+  for (int j = 0; j < Config::kRowBlocksPerThread; ++j) {
+#pragma unroll
+    for (int i = 0; i < Config::kChunksPerBlock; ++i) {
+      v[j][i] = ptx::ld_global_nc_v4(x + j * kRowStep * p.K + i * Config::kChunk);
+    }
+  }
   if constexpr (kCol == ColScales::kKGroups) {
     if (warp == 0) {
       const GroupSpan span = find_group_warp(p.offs, p.num_groups, p.M, m0);
@@ -213,17 +245,23 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   }
   if constexpr (kColwise) {
 #pragma unroll
-    for (int i = 0; i < Config::kLoads; ++i) {
-      reinterpret_cast<uint4*>(smem.tile[row0 + i * Config::kRowsPerLoad])[chunk] = v[i];
+    for (int j = 0; j < Config::kRowBlocksPerThread; ++j) {
+      const int row = row0 + j * kRowStep;
+#pragma unroll
+      for (int i = 0; i < Config::kChunksPerBlock; ++i) {
+        smem.tile[row][tile_chunk(row, blk * Config::kChunksPerBlock + i)] = v[j][i];
+      }
     }
   }
   // ---- rowwise ----
   if constexpr (kRowwise) {
-    uint8_t* q_row = p.q_row + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
+    // The pair's two adjacent blocks start at the even lane's block; this lane stores 16 bytes into each.
+    uint8_t* q_pair = p.q_row + (m0 + row0) * p.K + k0 + (blk & ~1) * kBlock + (lane & 1) * 16;
+    // row0 % 32 < 24 and the second block is 8 rows on: its atom offset is the first one's + 8 * 16.
+    const unsigned atom = atom_offset<unsigned>(row0, blk);
 #pragma unroll
-    for (int i = 0; i < Config::kLoads; ++i) {
-      rowwise_chunk<kRule>(v[i], row0 + i * Config::kRowsPerLoad, chunk, q_row + i * row_stride,
-                           smem.row_atom);
+    for (int j = 0; j < Config::kRowBlocksPerThread; ++j) {
+      smem.row_atom[atom + j * kRowStep * 16] = rowwise_block<kRule>(v[j], q_pair + j * kRowStep * p.K);
     }
   }
   __syncthreads();
@@ -233,145 +271,22 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     __syncthreads();
   }
   // ---- store ----
-  store_staged<kRowwise, kCol>(p, m0, k0, smem.q_col, smem.row_atom, smem.col_atom, smem.span);
-}
-
-// The persistent, pipelined variant: CTAs loop over tiles; warp 0 streams each tile into one of kStages
-// shared-memory stages with 128 bulk copies (one per 256-byte tile row) completing on the stage's mbarrier,
-// so up to kStages tiles per CTA are in flight while the CTA converts the current one.
-template <int kStages>
-struct PipelinedStorage {
-  alignas(128) uint32_t tile[kStages][kTile][kTile / 2];  // bf16 tiles as packed pairs (32 KiB each)
-  alignas(16) uint4 q_col[kTile][kTile / 16];
-  alignas(16) uint8_t row_atom[kAtomBytes];
-  alignas(16) uint8_t col_atom[kAtomBytes];
-  alignas(8) uint64_t full[kStages];
-  GroupSpan span;
-};
-
-template <bool kRowwise, ColScales kCol, ScaleRounding kRule, int kStages>
-__global__ void __launch_bounds__(Config::kThreads)
-    quantize_pipelined_kernel(const TileParams p) {
-  constexpr bool kColwise = kCol != ColScales::kNone;
-  extern __shared__ __align__(128) uint8_t smem_raw[];
-  auto& smem = *reinterpret_cast<PipelinedStorage<kStages>*>(smem_raw);
-  const int64_t tile_ctas = p.tile_ctas;
-  if constexpr (kCol == ColScales::kKGroups) {
-    if (blockIdx.x >= tile_ctas) {
-      zero_fill_slack(p.s_col, p.offs, p.num_groups, p.M, p.K, blockIdx.x - tile_ctas, p.status);
-      return;
-    }
-  }
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  const int64_t k_tiles = p.K / kTile;
-
-  // Warp 0: one tile = 128 rows of 256 bytes; lane l copies rows 4l..4l+3.
-  auto issue = [&](int64_t tile, int stage) {
-    const int64_t m0 = tile / k_tiles * kTile;
-    const int64_t k0 = tile % k_tiles * kTile;
-    if (lane == 0) ptx::mbarrier_arrive_expect_tx(&smem.full[stage], kTile * kTile * 2);
-    __syncwarp();
-#pragma unroll
-    for (int r = 0; r < kTile / 32; ++r) {
-      const int row = lane * (kTile / 32) + r;
-      ptx::bulk_copy_g2s(smem.tile[stage][row], p.x + (m0 + row) * p.K + k0, kTile * 2, &smem.full[stage]);
-    }
-  };
-  if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) ptx::mbarrier_init(&smem.full[s], 1);
-    ptx::fence_mbarrier_init();
-  }
-  __syncthreads();
-  if (warp == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      if (blockIdx.x + s * tile_ctas < p.tiles) issue(blockIdx.x + s * tile_ctas, s);
-    }
-  }
-
-  const int chunk = lane % Config::kChunksPerRow;
-  const int row0 = warp * 2 + lane / Config::kChunksPerRow;
-  int stage = 0;
-  uint32_t parity = 0;
-  for (int64_t tile = blockIdx.x; tile < p.tiles; tile += tile_ctas) {
-    const int64_t m0 = tile / k_tiles * kTile;
-    const int64_t k0 = tile % k_tiles * kTile;
-    if constexpr (kCol == ColScales::kKGroups) {
-      if (warp == Config::kWarps - 1) {
-        const GroupSpan span = find_group_warp(p.offs, p.num_groups, p.M, m0);
-        if (lane == 0) smem.span = span;
-      }
-    }
-    ptx::mbarrier_wait_parity(&smem.full[stage], parity);
-    // ---- rowwise ----
-    if constexpr (kRowwise) {
-      uint8_t* q_row = p.q_row + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
-#pragma unroll
-      for (int i = 0; i < Config::kLoads; ++i) {
-        const int row = row0 + i * Config::kRowsPerLoad;
-        const uint4 v = reinterpret_cast<const uint4*>(smem.tile[stage][row])[chunk];
-        rowwise_chunk<kRule>(v, row, chunk, q_row + i * Config::kRowsPerLoad * p.K, smem.row_atom);
-      }
-    }
-    // ---- colwise ----
-    if constexpr (kColwise) colwise_pair<kCol, kRule>(smem.tile[stage], smem.q_col, smem.col_atom);
-    __syncthreads();  // the stage is consumed; staging and atoms are complete
-    // ---- refill ---- the stage just freed takes the tile kStages iterations ahead.
-    if (warp == 0 && tile + kStages * tile_ctas < p.tiles) issue(tile + kStages * tile_ctas, stage);
-    // ---- store ----
-    store_staged<kRowwise, kCol>(p, m0, k0, smem.q_col, smem.row_atom, smem.col_atom, smem.span);
-    __syncthreads();  // staging and atoms free for the next tile
-    if (++stage == kStages) {
-      stage = 0;
-      parity ^= 1;
-    }
-  }
+  store_staged<kRowwise, kCol>(p, m0, k0, smem);
 }
 
 // ---- host launchers ----
 
-// EXPERIMENT (temporary): MXQ_QUANTIZE_VARIANT = tile | pipe2 | pipe3 selects the kernel for A/B timing.
-inline int variant_from_env() {
-  const char* v = std::getenv("MXQ_QUANTIZE_VARIANT");
-  if (v == nullptr || std::string(v) == "pipe2") return 2;
-  if (std::string(v) == "pipe3") return 3;
-  return 0;
-}
-
-template <typename Kernel>
-void launch_kernel(Kernel kernel, int smem_bytes, int64_t grid, const TileParams& params, cudaStream_t stream) {
+template <bool kRowwise, ColScales kCol, ScaleRounding kRule>
+void launch_rule(const TileParams& params, cudaStream_t stream) {
+  auto kernel = quantize_tile_kernel<kRowwise, kCol, kRule>;
+  constexpr int smem_bytes = sizeof(SharedStorage);
   MXQ_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  int64_t grid = params.tiles;
+  if (kCol == ColScales::kKGroups) grid += zero_fill_ctas(params.M, params.K, params.num_groups);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "mxq: too many tiles for one launch: ", grid);
   if (grid == 0) return;
   kernel<<<static_cast<unsigned>(grid), Config::kThreads, smem_bytes, stream>>>(params);
   MXQ_CHECK_CUDA(cudaGetLastError());
-}
-
-template <bool kRowwise, ColScales kCol, ScaleRounding kRule, int kStages>
-void launch_pipelined(TileParams params, cudaStream_t stream) {
-  auto kernel = quantize_pipelined_kernel<kRowwise, kCol, kRule, kStages>;
-  constexpr int smem_bytes = sizeof(PipelinedStorage<kStages>);
-  MXQ_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  int device = 0, sms = 0, per_sm = 0;
-  MXQ_CHECK_CUDA(cudaGetDevice(&device));
-  MXQ_CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  MXQ_CHECK_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Config::kThreads, smem_bytes));
-  params.tile_ctas = std::min<int64_t>(params.tiles, int64_t(sms) * std::max(per_sm, 1));
-  int64_t grid = params.tile_ctas;
-  if (kCol == ColScales::kKGroups) grid += zero_fill_ctas(params.M, params.K, params.num_groups);
-  launch_kernel(kernel, smem_bytes, grid, params, stream);
-}
-
-template <bool kRowwise, ColScales kCol, ScaleRounding kRule>
-void launch_rule(TileParams params, cudaStream_t stream) {
-  const int variant = variant_from_env();
-  if (variant == 2) return launch_pipelined<kRowwise, kCol, kRule, 2>(params, stream);
-  if (variant == 3) return launch_pipelined<kRowwise, kCol, kRule, 3>(params, stream);
-  params.tile_ctas = params.tiles;
-  int64_t grid = params.tiles;
-  if (kCol == ColScales::kKGroups) grid += zero_fill_ctas(params.M, params.K, params.num_groups);
-  launch_kernel(quantize_tile_kernel<kRowwise, kCol, kRule>, sizeof(SharedStorage), grid, params, stream);
 }
 
 template <bool kRowwise, ColScales kCol>
