@@ -153,10 +153,12 @@ MXQ_HD float e4m3_to_f32(uint8_t q) {
   return f32_from_bits(sign | ((exponent + 120u) << 23) | (mantissa << 20));
 }
 
-// fp32 -> bf16 bits with round to nearest even; NaN stays a quiet NaN.
+// fp32 -> bf16 bits with round to nearest even. Every NaN becomes the canonical 0x7FC0: NaN payloads and signs
+// differ between CPU and GPU arithmetic, so mxq never lets them reach its outputs.
+constexpr uint16_t kBf16CanonicalNan = 0x7FC0;
 MXQ_HD uint16_t bf16_from_f32(float f) {
   const uint32_t bits = f32_bits(f);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((bits >> 16) | 0x0040u);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return kBf16CanonicalNan;
   return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 

@@ -26,6 +26,7 @@ struct DequantKernelParams {
   const int32_t* offs;
   int num_groups;
   uint16_t* out;
+  int32_t* status;
 };
 
 template <bool kGrouped>
@@ -37,7 +38,11 @@ __global__ void __launch_bounds__(DequantConfig::kThreads) dequantize_kernel(con
   if constexpr (kGrouped) {
     if (threadIdx.x < 32) {
       const GroupSpan s = find_group_warp(p.offs, p.num_groups, p.cols, c0);
-      if (threadIdx.x == 0) span = s;
+      const int32_t bits = offs_status_warp(p.offs, p.num_groups, p.cols);
+      if (threadIdx.x == 0) {
+        span = s;
+        if (blockIdx.x == 0 && p.status != nullptr) *p.status = bits;
+      }
     }
     __syncthreads();
   }
@@ -51,7 +56,10 @@ __global__ void __launch_bounds__(DequantConfig::kThreads) dequantize_kernel(con
     bool placed = true;
     if constexpr (kGrouped) {
       placed = span.end > span.begin;
-      if (placed) s = p.scales[kgroups_atom_offset(span, p.rows, r - r % kAtomRows, c0) + atom_offset(r, (c - c0) / kBlock)];
+      if (placed) {
+        s = p.scales[kgroups_atom_offset(span, p.rows, r - r % kAtomRows, c0) +
+                     atom_offset(r, (c - c0) / kBlock)];
+      }
     } else {
       s = p.scales[blocked_offset(r, c / kBlock, p.cols / kBlock)];
     }
@@ -76,7 +84,7 @@ namespace mxq::detail {
 void launch_dequantize(const DequantizeParams& p) {
   using namespace kernels;
   const DequantKernelParams k{p.q, p.scales, p.rows, p.cols, p.offs, static_cast<int>(p.num_groups),
-                              static_cast<uint16_t*>(p.out)};
+                              static_cast<uint16_t*>(p.out), p.status};
   const int64_t grid = (p.rows / kTile) * (p.cols / kTile);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "mxq: too many tiles for one launch: ", grid);
   auto kernel = p.offs != nullptr ? dequantize_kernel<true> : dequantize_kernel<false>;
