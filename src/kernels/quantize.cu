@@ -44,8 +44,7 @@ struct Config {
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kChunk = 8;                             // bf16 per 16-byte load
   static constexpr int kChunksPerRow = kTile / kChunk;         // 16
-  static constexpr int kRowsPerLoad = kThreads / kChunksPerRow;  // 16 rows per CTA-wide load
-  static constexpr int kLoads = kTile / kRowsPerLoad;          // 8 loads per thread
+  static constexpr int kLoads = kTile * kChunksPerRow / kThreads;  // 8 loads per thread
   static constexpr int kChunksPerBlock = kBlock / kChunk;      // 4
   static constexpr int kBlocksPerRow = kTile / kBlock;         // 4
   static constexpr int kRowBlocksPerThread = kTile * kBlocksPerRow / kThreads;  // 2
@@ -230,15 +229,16 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   const int64_t m0 = blockIdx.x / k_tiles * kTile;
   const int64_t k0 = blockIdx.x % k_tiles * kTile;
 
-  // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows (row row0 + 16*i, chunk
-  // lane%16); every 16-byte chunk goes to the staged tile, which both passes read.
+  // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows; warp w loads exactly the
+  // 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the rowwise pass needs only
+  // __syncwarp and runs while other warps still wait for their loads. Every chunk also goes to the staged tile.
   const int chunk = lane % Config::kChunksPerRow;
-  const int row0 = warp * 2 + lane / Config::kChunksPerRow;
-  const int64_t row_stride = Config::kRowsPerLoad * p.K;
+  const int row0 = warp * Config::kRowsPerWarp + lane / Config::kChunksPerRow;
+  constexpr int kLoadStep = 32 / Config::kChunksPerRow;  // 2 rows per warp instruction
   const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
   uint4 v[Config::kLoads];
 #pragma unroll
-  for (int i = 0; i < Config::kLoads; ++i) v[i] = ptx::ld_global_nc_v4(x + i * row_stride);
+  for (int i = 0; i < Config::kLoads; ++i) v[i] = ptx::ld_global_nc_v4(x + i * kLoadStep * p.K);
   if constexpr (kCol == ColScales::kKGroups) {
     if (warp == 0) {
       const GroupSpan span = find_group_warp(p.offs, p.num_groups, p.M, m0);
@@ -247,10 +247,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   }
 #pragma unroll
   for (int i = 0; i < Config::kLoads; ++i) {
-    const int row = row0 + i * Config::kRowsPerLoad;
+    const int row = row0 + i * kLoadStep;
     smem.tile[row][tile_chunk(row, chunk)] = v[i];
   }
-  __syncthreads();
+  __syncwarp();
   // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block b is row
   // 16w + b/4, columns 32*(b%4)..
   if constexpr (kRowwise) {
@@ -272,6 +272,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       smem.row_atom[atom + j * kRowStep * 16] = rowwise_block<kRule>(b, q_pair + j * kRowStep * p.K);
     }
   }
+  __syncthreads();
   // ---- colwise ----
   if constexpr (kColwise) colwise_pair<kCol, kRule>(smem.tile, smem.q_col, smem.col_atom);
   __syncthreads();
