@@ -1,0 +1,73 @@
+"""mxq: MXFP8 (e4m3 data, E8M0 scales, 32-element blocks) quantization kernels as PyTorch ops.
+
+``import mxq`` loads the compiled extension, which registers ``torch.ops.mxq.*`` (schemas, CUDA, CPU-reference
+and Meta impls; see torch_ext/ops.cpp). The typed Python API:
+
+    mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="cuda")
+    mxq.dequantize(q, scales, offs=None)
+    mxq.validate_offs(offs, M)
+    mxq.MXFP8Linear(...)                      # mxq.linear
+    mxq.testing                               # a pure-torch reference written from the SPEC
+
+Set MXQ_TORCH_LIBRARY to a built libmxq_torch.so to use a build tree instead of the installed library.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+try:
+    import torch
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(f"mxq's Python package needs PyTorch (import torch failed: {e})") from e
+
+
+def _load_extension() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.environ.get("MXQ_TORCH_LIBRARY")
+    if not path:
+        found = sorted(glob.glob(os.path.join(here, "libmxq_torch*.so")))
+        if not found:
+            raise ImportError(
+                f"mxq: the compiled extension libmxq_torch.so is missing from {here}. Build and install the "
+                "package with `pip install --no-build-isolation .` in an environment that has torch (and nvcc "
+                "for the CUDA kernels), or point MXQ_TORCH_LIBRARY at a built libmxq_torch.so."
+            )
+        path = found[0]
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:
+        raise ImportError(
+            f"mxq: failed to load {path}: {e}. The extension must be built against the torch it is loaded "
+            f"into (this is torch {torch.__version__}); rebuild with `pip install --no-build-isolation .`."
+        ) from e
+    return path
+
+
+_library_path = _load_extension()
+
+from . import testing
+from .linear import MXFP8Linear
+from .ops import (
+    MXTensors,
+    dequantize,
+    dequantize_colwise,
+    dequantize_rowwise,
+    has_cuda_kernels,
+    quantize,
+    validate_offs,
+)
+
+__all__ = [
+    "MXFP8Linear",
+    "MXTensors",
+    "dequantize",
+    "dequantize_colwise",
+    "dequantize_rowwise",
+    "has_cuda_kernels",
+    "quantize",
+    "testing",
+    "validate_offs",
+]
+__version__ = "0.1.0"

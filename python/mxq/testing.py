@@ -1,0 +1,275 @@
+"""A small pure-torch MXFP8 reference written from the SPEC (§2-§6), independently of the C++ reference.
+
+Tests compare the kernels with both this module and the ops' CPU dispatch (the C++ reference), so a misreading of
+the contract in one of them shows up against the other. Everything runs on the CPU in plain fp32/int32 torch ops:
+
+    widen bf16 -> fp32 exactly; amax = NaN-propagating max |v| from +0
+    RCEIL: d = fl32(amax * fp32(0x3B124925)), rounded *up* to a power of two on the int32 bits of d
+    FLOOR: d = fl32(amax * 2^-8), exponent of d
+    r = E8M0 value of byte (254 - s) mod 256 (0 -> 2^-127 as the fp32 subnormal, 255 -> NaN)
+    q = e4m3(fl32(v * r)): torch's RNE cast after an explicit clamp to +-448 (torch's own cast turns overflow
+        into NaN), NaN written as 0x7F
+
+Layouts: blocked (SPEC §5) through reshape/permute of 128x4 atoms; K-groups and M-groups (SPEC §6) by placing
+each group's blocked sub-matrix. Scale and data tensors are returned as uint8 (raw bytes), or with the op's
+dtypes from :func:`quantize`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+BLOCK = 32
+ATOM_ROWS = 128
+ATOM_COLS = 4
+RCEIL_INV448_BITS = 0x3B124925  # fp32 rounding of 1/448 (SPEC §3)
+E4M3_MAX = 448.0
+E4M3_NAN = 0x7F
+E8M0_NAN = 255
+
+
+def round_up(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
+
+
+def _f32(bits: int) -> Tensor:
+    return torch.tensor([bits], dtype=torch.int32).view(torch.float32)[0]
+
+
+# ---- one axis of blocks: the last dimension holds the 32 values of a block ----
+
+
+def scale_from_d(d: Tensor, scaling_mode: str) -> Tensor:
+    """E8M0 byte (int32 tensor) from the fp32 ``d`` of SPEC §3: RCEIL rounds d up to a power of two without
+    saturation (zero/subnormal d: 1 iff d > 2^-127), FLOOR takes its exponent; NaN/Inf give 255."""
+    bits = d.contiguous().view(torch.int32)
+    exponent = (bits >> 23) & 0xFF
+    mantissa = bits & 0x7FFFFF
+    if scaling_mode == "floor":
+        return exponent  # 255 for NaN/Inf, 0 for zero and subnormal d
+    if scaling_mode != "rceil":
+        raise ValueError(f'scaling_mode must be "rceil" or "floor", got {scaling_mode!r}')
+    up = exponent + (mantissa != 0).to(torch.int32)  # exponent 254 with a mantissa reaches 255 = NaN
+    sub = (mantissa > 0x400000).to(torch.int32)
+    return torch.where(exponent == 255, 255, torch.where(exponent == 0, sub, up))
+
+
+def scale_bytes(amax: Tensor, scaling_mode: str) -> Tensor:
+    """E8M0 scale byte (int32 tensor, 0..255) from fp32 ``amax`` >= +0 or NaN/Inf (SPEC §3): d is a multiply,
+    never a divide."""
+    if scaling_mode == "rceil":
+        d = amax * _f32(RCEIL_INV448_BITS)
+    elif scaling_mode == "floor":
+        d = amax * _f32(0x3B800000)  # 2^-8
+    else:
+        raise ValueError(f'scaling_mode must be "rceil" or "floor", got {scaling_mode!r}')
+    return scale_from_d(d, scaling_mode)
+
+
+def e8m0_value(s: Tensor) -> Tensor:
+    """fp32 value 2^(s-127) of E8M0 bytes ``s`` (0 is the subnormal 2^-127, 255 is NaN)."""
+    s = s.to(torch.int32)
+    bits = torch.where(s == 0, 0x00400000, s << 23)
+    bits = torch.where(s == 255, 0x7FC00000, bits)
+    return bits.to(torch.int32).view(torch.float32)
+
+
+def e4m3_bytes(p: Tensor) -> Tensor:
+    """e4m3 bytes of fp32 ``p``: RNE, saturating to +-448 (Inf included), NaN -> 0x7F, sign kept."""
+    nan = torch.isnan(p)
+    q = p.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
+    return torch.where(nan, torch.tensor(E4M3_NAN, dtype=torch.uint8), q)
+
+
+def quantize_blocks(v: Tensor, scaling_mode: str = "rceil") -> tuple[Tensor, Tensor]:
+    """Quantizes blocks along the last dim (size 32) of bf16 ``v``: (data bytes like v, scale bytes v.shape[:-1])."""
+    assert v.dtype == torch.bfloat16 and v.shape[-1] == BLOCK, (v.dtype, v.shape)
+    f = v.float()  # exact widening; torch does not flush subnormals by default
+    a = f.abs()
+    amax = torch.where(torch.isnan(a).any(-1), torch.tensor(float("nan")), a.amax(-1))  # NaN must surface
+    s = scale_bytes(amax, scaling_mode)
+    r = e8m0_value((254 - s) & 0xFF)
+    q = e4m3_bytes(f * r.unsqueeze(-1))
+    return q, s.to(torch.uint8)
+
+
+def quantize_rowwise_plain(x: Tensor, scaling_mode: str = "rceil") -> tuple[Tensor, Tensor]:
+    """(q_row (M, K) uint8, S_row (M, K/32) uint8): 1x32 blocks along K."""
+    M, K = x.shape
+    q, s = quantize_blocks(x.detach().cpu().reshape(M, K // BLOCK, BLOCK), scaling_mode)
+    return q.reshape(M, K), s
+
+
+def quantize_colwise_plain(x: Tensor, scaling_mode: str = "rceil") -> tuple[Tensor, Tensor]:
+    """(q_col physical (K, M) uint8, S_col (K, M/32) uint8): 32x1 blocks along M; row k is column k of x."""
+    M, K = x.shape
+    xt = x.detach().cpu().t().contiguous()  # (K, M)
+    q, s = quantize_blocks(xt.reshape(K, M // BLOCK, BLOCK), scaling_mode)
+    return q.reshape(K, M), s
+
+
+# ---- layouts (SPEC §5-§6) ----
+
+
+def to_blocked(S: Tensor) -> Tensor:
+    """Blocked layout of the scale matrix S (R, C) as a (roundup(R,128), roundup(C,4)) byte tensor: 128x4 atoms
+    stored atom-row-major, S[r, c] at ((r/128)*(C_p/4) + c/4)*512 + (r%32)*16 + ((r%128)/32)*4 + c%4."""
+    R, C = S.shape
+    Rp, Cp = round_up(R, ATOM_ROWS), round_up(C, ATOM_COLS)
+    padded = torch.zeros(Rp, Cp, dtype=S.dtype)
+    padded[:R, :C] = S
+    # r = rb*128 + i*32 + j, c = cb*4 + k  ->  order (rb, cb, j, i, k)
+    atoms = padded.view(Rp // ATOM_ROWS, 4, 32, Cp // ATOM_COLS, ATOM_COLS).permute(0, 3, 2, 1, 4)
+    return atoms.reshape(Rp, Cp)
+
+
+def from_blocked(B: Tensor, R: int, C: int) -> Tensor:
+    """Inverse of :func:`to_blocked`: the plain (R, C) matrix held in the blocked bytes ``B``."""
+    Rp, Cp = round_up(R, ATOM_ROWS), round_up(C, ATOM_COLS)
+    atoms = B.reshape(Rp // ATOM_ROWS, Cp // ATOM_COLS, 32, 4, ATOM_COLS).permute(0, 3, 2, 1, 4)
+    return atoms.reshape(Rp, Cp)[:R, :C]
+
+
+def check_offs(offs: Sequence[int], M: int, align: int = BLOCK) -> list[int]:
+    offs = [int(v) for v in offs]
+    if not offs:
+        raise ValueError("offs must hold at least one group end offset")
+    prev = 0
+    for g, end in enumerate(offs):
+        if end < prev or end > M or end % align:
+            raise ValueError(f"malformed offs[{g}]={end} (previous {prev}, M={M}, alignment {align})")
+        prev = end
+    return offs
+
+
+def _offs_list(offs) -> list[int]:
+    return offs.tolist() if isinstance(offs, Tensor) else list(offs)
+
+
+def to_kgroups(S_col: Tensor, offs, M: int) -> Tensor:
+    """K-groups layout (SPEC §6) of S_col (K, M/32): group g's scale columns [offs[g-1]/32, offs[g]/32) blocked
+    on their own, padded to Q_g = roundup(c_g, 4) columns, regions contiguous from byte 0; the uncovered tail and
+    the slack stay 0. Shape (roundup(K,128), M/32 + 4G)."""
+    offs = check_offs(_offs_list(offs), M)
+    K = S_col.shape[0]
+    Kp = round_up(K, ATOM_ROWS)
+    cols = M // BLOCK + ATOM_COLS * len(offs)
+    out = torch.zeros(Kp * cols, dtype=S_col.dtype)
+    base, begin = 0, 0
+    for end in offs:
+        b, e = begin // BLOCK, end // BLOCK
+        region = to_blocked(S_col[:, b:e]).reshape(-1)
+        out[base : base + region.numel()] = region
+        base += round_up(e - b, ATOM_COLS) * Kp
+        begin = end
+    return out.view(Kp, cols)
+
+
+def from_kgroups(B: Tensor, offs, M: int, K: int) -> tuple[Tensor, Tensor]:
+    """Inverse of :func:`to_kgroups`: (S_col (K, M/32), covered (M/32,) bool); uncovered columns read 0."""
+    offs = check_offs(_offs_list(offs), M)
+    Kp = round_up(K, ATOM_ROWS)
+    flat = B.reshape(-1)
+    S = torch.zeros(K, M // BLOCK, dtype=B.dtype)
+    covered = torch.zeros(M // BLOCK, dtype=torch.bool)
+    base, begin = 0, 0
+    for end in offs:
+        b, e = begin // BLOCK, end // BLOCK
+        Q = round_up(e - b, ATOM_COLS)
+        S[:, b:e] = from_blocked(flat[base : base + Q * Kp], K, e - b)
+        covered[b:e] = True
+        base += Q * Kp
+        begin = end
+    return S, covered
+
+
+def to_mgroups(S_row: Tensor, offs, M: int) -> Tensor:
+    """M-groups layout of S_row (M, K/32): each group's rows (and the uncovered tail) blocked on their own and
+    placed one after another. Supported for 128-multiple groups, where it equals the dense blocked layout."""
+    offs = check_offs(_offs_list(offs), M, align=ATOM_ROWS)
+    C = S_row.shape[1]
+    out = torch.zeros(round_up(M, ATOM_ROWS), round_up(C, ATOM_COLS), dtype=S_row.dtype)
+    bounds = [0] + offs + [M]
+    for b, e in itertools.pairwise(bounds):
+        if e > b:
+            region = to_blocked(S_row[b:e])
+            out[b : b + region.shape[0]] = region
+    return out
+
+
+# ---- the ops ----
+
+
+def quantize(
+    x: Tensor, scaling_mode: str = "rceil", offs: Tensor | None = None
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(q_row, s_row, q_col, s_col) on the CPU with the dtypes, shapes and strides of
+    torch.ops.mxq.quantize_1x32_32x1 (q_col is the (1, M)-strided view of the (K, M) array)."""
+    if x.dtype != torch.bfloat16 or x.dim() != 2:
+        raise ValueError(f"x must be a 2-D bf16 tensor, got {x.dtype} {tuple(x.shape)}")
+    M, K = x.shape
+    if M % BLOCK or K % BLOCK:
+        raise ValueError(f"M and K must be multiples of {BLOCK}, got {M}x{K}")
+    q_row, S_row = quantize_rowwise_plain(x, scaling_mode)
+    q_col, S_col = quantize_colwise_plain(x, scaling_mode)
+    if offs is None:
+        s_row, s_col = to_blocked(S_row), to_blocked(S_col)
+    else:
+        s_row, s_col = to_mgroups(S_row, offs, M), to_kgroups(S_col, offs, M)
+    e4m3, e8m0 = torch.float8_e4m3fn, torch.float8_e8m0fnu
+    # q_col: the (K, M) array seen as (M, K) with strides (1, M), M = 0 included (where .t() would give (1, 1)).
+    q_col = q_col.view(e4m3).as_strided((M, K), (1, M))
+    return q_row.view(e4m3), s_row.view(e8m0), q_col, s_col.view(e8m0)
+
+
+def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None) -> Tensor:
+    """bf16 (rows, cols) = bf16(fp32(e4m3 q) * 2^(s-127)) with s from the blocked (or, with offs, K-groups) scales
+    of the (rows, cols/32) blocks; with offs, tokens in the uncovered tail give +0."""
+    rows, cols = q.shape
+    qf = q.detach().cpu().contiguous().view(torch.float8_e4m3fn).float()  # 0x7F/0xFF -> NaN
+    sb = scales.detach().cpu().contiguous().view(torch.uint8)
+    if offs is None:
+        S = from_blocked(sb, rows, cols // BLOCK)
+        covered = torch.ones(cols // BLOCK, dtype=torch.bool)
+    else:
+        S, covered = from_kgroups(sb, offs, cols, rows)
+    scale = e8m0_value(S).repeat_interleave(BLOCK, dim=1)
+    out = (qf * scale).to(torch.bfloat16)
+    return torch.where(covered.repeat_interleave(BLOCK).unsqueeze(0), out, torch.zeros((), dtype=torch.bfloat16))
+
+
+# ---- byte-exact comparison ----
+
+
+def assert_bytes_equal(actual: Tensor, expected: Tensor, name: str = "tensor") -> None:
+    """Raises AssertionError unless the raw bytes agree (NaN payloads included), reporting the mismatch count, the
+    first mismatching coordinate, both values and both bit patterns. Compares logical elements, so strides may
+    differ; shapes and element sizes must match."""
+    assert actual.shape == expected.shape, f"{name}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.element_size() == expected.element_size(), f"{name}: element sizes differ"
+    int_type = {1: torch.uint8, 2: torch.int16, 4: torch.int32}[actual.element_size()]
+    a = actual.detach().cpu().contiguous().view(int_type)
+    e = expected.detach().cpu().contiguous().view(int_type)
+    diff = a != e
+    n = int(diff.sum())
+    if n == 0:
+        return
+    idx = tuple(int(i) for i in diff.nonzero()[0])
+    mask = (1 << (8 * actual.element_size())) - 1
+    av, ev = int(a[idx]) & mask, int(e[idx]) & mask
+    width = 2 * actual.element_size()
+
+    def show(t: Tensor) -> str:
+        try:
+            return repr(float(t.detach().cpu()[idx].float()))
+        except (RuntimeError, TypeError):
+            return "?"
+
+    raise AssertionError(
+        f"{name}: {n} of {a.numel()} elements differ; first at {idx}: actual {show(actual)} (0x{av:0{width}X}) "
+        f"vs expected {show(expected)} (0x{ev:0{width}X})"
+    )

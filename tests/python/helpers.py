@@ -1,0 +1,166 @@
+"""Shared inputs and checks of the Python tests: random and SPEC §4 inputs, grouped offsets, byte comparisons."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from collections.abc import Sequence
+
+import mxq
+import pytest
+import torch
+from mxq.testing import assert_bytes_equal
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+# Devices for tests that run on both: the CPU dispatch (the C++ reference) always, CUDA where present.
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+
+QUANT_OPS = ["quantize_1x32", "quantize_32x1", "quantize_1x32_32x1", "quantize_1x32_32x1_composed"]
+OUTPUT_NAMES = {
+    "quantize_1x32": ("q_row", "s_row"),
+    "quantize_32x1": ("q_col", "s_col"),
+    "quantize_1x32_32x1": ("q_row", "s_row", "q_col", "s_col"),
+    "quantize_1x32_32x1_composed": ("q_row", "s_row", "q_col", "s_col"),
+}
+
+
+def op(name: str):
+    return getattr(torch.ops.mxq, name)
+
+
+def stable_seed(*parts) -> int:
+    """A seed derived from the test's parameters, the same in every process (unlike hash() of a str)."""
+    return zlib.crc32(repr(parts).encode()) & 0xFFFF
+
+
+def bf16_from_bits(bits: Sequence[int]) -> torch.Tensor:
+    return torch.tensor([b - 0x10000 if b >= 0x8000 else b for b in bits], dtype=torch.int16).view(torch.bfloat16)
+
+
+def random_bf16(M: int, K: int, seed: int, specials: bool = False) -> torch.Tensor:
+    """A bf16 (M, K) CPU tensor whose 32-element blocks span many magnitudes (each rowwise block gets its own
+    exponent, so colwise blocks mix them); with ``specials``, also zeros, -0, subnormals, bf16 max, +-Inf, NaN."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=g)
+    exps = torch.randint(-60, 60, (M, max(K // 32, 1)), generator=g).float()
+    tiny = torch.rand(exps.shape, generator=g) < 0.05  # some blocks deep in the subnormal range
+    exps = torch.where(tiny, torch.full_like(exps, -130.0), exps)
+    x = x * torch.exp2(exps).repeat_interleave(32, dim=1)[:, :K]
+    x = x.bfloat16()
+    if specials and x.numel():
+        flat = x.view(-1).view(torch.int16)
+        n = flat.numel()
+        pool = [
+            0x0000,
+            0x8000,
+            0x0001,
+            0x8001,
+            0x007F,
+            0x0080,
+            0x7F7F,
+            0xFF7F,
+            0x7F80,
+            0xFF80,
+            0x7FC0,
+            0x7FFF,
+            0x43E0,
+            0xC3E0,
+            0x43F0,
+            0x4460,
+        ]
+        idx = torch.randint(0, n, (max(n // 200, 1),), generator=g)
+        vals = torch.tensor(pool, dtype=torch.int32)[torch.randint(0, len(pool), idx.shape, generator=g)]
+        flat[idx] = torch.where(vals >= 0x8000, vals - 0x10000, vals).to(torch.int16)
+    return x
+
+
+def make_offs(M: int, G: int, seed: int, tail: bool = True, align: int = 128) -> torch.Tensor:
+    """G cumulative end offsets (int32, CPU), multiples of ``align``, non-decreasing; with G >= 3 at least one
+    group is empty; with ``tail`` the last offset stops short of M (the uncovered tail) where M allows."""
+    rng = random.Random(seed)
+    units = M // align
+    covered = max(units - rng.randint(1, max(units // 4, 1)), 0) if tail and units > 1 else units
+    cuts = sorted(rng.randint(0, covered) for _ in range(G - 1)) + [covered]
+    if G >= 3:
+        cuts[1] = cuts[0]  # an empty group
+    return torch.tensor([c * align for c in cuts], dtype=torch.int32)
+
+
+def assert_outputs_equal(
+    actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], names: Sequence[str], what: str = ""
+) -> None:
+    """Same dtypes, shapes, strides and raw bytes, output by output."""
+    assert len(actual) == len(expected) == len(names)
+    for a, e, n in zip(actual, expected, names):
+        label = f"{what}{n}"
+        assert a.dtype == e.dtype, f"{label}: dtype {a.dtype} != {e.dtype}"
+        assert a.shape == e.shape, f"{label}: shape {tuple(a.shape)} != {tuple(e.shape)}"
+        assert a.stride() == e.stride(), f"{label}: strides {a.stride()} != {e.stride()}"
+        assert_bytes_equal(a, e, label)
+
+
+def reference_outputs(name: str, x: torch.Tensor, mode: str, offs: torch.Tensor | None) -> tuple:
+    """The pure-torch reference's outputs of op ``name`` (subset of the four)."""
+    q_row, s_row, q_col, s_col = mxq.testing.quantize(x.cpu(), mode, None if offs is None else offs.cpu())
+    if name == "quantize_1x32":
+        # s_row does not depend on offs for the supported 128-multiple groups (M-groups == dense).
+        return q_row, s_row
+    if name == "quantize_32x1":
+        return q_col, s_col
+    return q_row, s_row, q_col, s_col
+
+
+# ---- SPEC §4: the special-value blocks, byte-exact (bf16 input) ----
+
+ONE = 0x3F80
+BF16_MAX = 0x7F7F
+INF = 0x7F80
+NAN = 0x7FC0
+
+
+def _alt(pos: int) -> list[int]:
+    """+v at even positions, -v at odd ones."""
+    return [pos if i % 2 == 0 else pos | 0x8000 for i in range(32)]
+
+
+def _alt_bytes(pos: int, neg: int) -> list[int]:
+    return [pos if i % 2 == 0 else neg for i in range(32)]
+
+
+def _first(first: int, rest: int) -> list[int]:
+    return [first] + [rest] * 31
+
+
+# (name, 32 bf16 bit patterns, (RCEIL scale, 32 data bytes), (FLOOR scale, 32 data bytes))
+SPEC4_CASES = [
+    ("all 0", [0] * 32, (0, [0x00] * 32), (0, [0x00] * 32)),
+    ("all 2^-126", [0x0080] * 32, (0, [0x40] * 32), (0, [0x40] * 32)),
+    ("1s + Inf", _first(INF, ONE), (255, [0x7F] * 32), (255, [0x7F] * 32)),
+    ("1s + -Inf", _first(INF | 0x8000, ONE), (255, [0x7F] * 32), (255, [0x7F] * 32)),
+    ("1s + NaN", _first(NAN, ONE), (255, [0x7F] * 32), (255, [0x7F] * 32)),
+    ("all NaN", [NAN] * 32, (255, [0x7F] * 32), (255, [0x7F] * 32)),
+    ("all +-448", _alt(0x43E0), (127, _alt_bytes(0x7E, 0xFE)), (127, _alt_bytes(0x7E, 0xFE))),
+    ("all +-bf16 max", _alt(BF16_MAX), (247, _alt_bytes(0x78, 0xF8)), (246, _alt_bytes(0x7E, 0xFE))),
+    ("all +-smallest subnormal", _alt(0x0001), (0, _alt_bytes(0x08, 0x88)), (0, _alt_bytes(0x08, 0x88))),
+    ("1s + smallest subnormal", _first(0x0001, ONE), (119, _first(0x00, 0x78)), (119, _first(0x00, 0x78))),
+    ("1s + -smallest subnormal", _first(0x8001, ONE), (119, _first(0x80, 0x78)), (119, _first(0x80, 0x78))),
+    ("1s + bf16 max", _first(BF16_MAX, ONE), (247, _first(0x78, 0x00)), (246, _first(0x7E, 0x00))),
+    ("all +-480", _alt(0x43F0), (128, _alt_bytes(0x77, 0xF7)), (127, _alt_bytes(0x7E, 0xFE))),
+    ("all 3.5", [0x4060] * 32, (120, [0x7E] * 32), (120, [0x7E] * 32)),
+    ("all 512", [0x4400] * 32, (128, [0x78] * 32), (128, [0x78] * 32)),
+    # SPEC §3: amax = 448 * 2^-127 (bf16 0x0460) gives RCEIL 0, the next bf16 value gives 1.
+    ("all 448*2^-127", [0x0460] * 32, (0, None), (None, None)),
+    ("all next bf16 after 448*2^-127", [0x0461] * 32, (1, None), (None, None)),
+]
+
+
+def spec4_matrix(M: int = 128, K_multiple: int = 128) -> tuple[torch.Tensor, list[int]]:
+    """x (M, K) bf16 whose every row holds the SPEC §4 blocks one after another along K (repeated to fill K up to
+    a multiple of K_multiple); returns x and, per 32-column block, the index of its case."""
+    n = len(SPEC4_CASES)
+    blocks = -(-n * 32 // K_multiple) * K_multiple // 32
+    case_of_block = [b % n for b in range(blocks)]
+    bits = [v for c in case_of_block for v in SPEC4_CASES[c][1]]
+    row = bf16_from_bits(bits)
+    return row.unsqueeze(0).repeat(M, 1).contiguous(), case_of_block

@@ -1,0 +1,16 @@
+"""Always collected (no module-level skip), so that a run without torch reports a skip and exits 0 rather than
+pytest's "no tests collected" (exit 5); with torch, it checks that the build matches the machine."""
+
+import pytest
+
+
+def test_extension_matches_the_machine():
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
+    import mxq
+
+    assert torch.ops.mxq.quantize_1x32.default is not None
+    if torch.cuda.is_available():
+        assert mxq.has_cuda_kernels(), (
+            "a CUDA device is present but the extension registered no CUDA impls: it was built without nvcc or "
+            "against a CPU-only torch"
+        )
