@@ -23,6 +23,11 @@
 // - Rejected: each thread loading its own two blocks straight from global memory (4 x 16 bytes 64 bytes apart per
 //   lane): every load instruction then half-fills 32 sectors, doubling L2->SM traffic; fused fell from 3.2 to
 //   2.2 TB/s. Loads stay coalesced and the blocks are re-read from the staged tile.
+// - Rejected: 256x128 tiles (512 threads, 2 CTAs per SM) so that each q_col row segment is 256 contiguous bytes:
+//   fused 3.37 vs 3.36 TB/s at 131072x7168 and 2.96 vs 3.11 at 8192x2048 (the colwise-only kernel lost 3-9%).
+// - Rejected: 4 columns x 16 rows per colwise thread (8-byte shared loads, amax joined by one shuffle) to relieve
+//   the MIO queue (ncu's top stall): no gain (3.31 vs 3.35 TB/s), more scale computations per thread.
+// - Rejected: other CTA orders over the tiles (M fastest; 8- or 32-tile-row bands): 1-4% slower than K fastest.
 // - Rejected: storing q_col straight from registers (each lane its own output row): uncoalesced, 52-69% of the
 //   copy roof in the access-pattern probe (shared/anchors); staging makes every store a full 128-byte line.
 // - Rejected: a persistent grid streaming tiles through 2-3 shared-memory stages with bulk copies (one
