@@ -67,7 +67,7 @@ MXQ_HD float bf16_to_f32(uint16_t b) { return f32_from_bits(uint32_t(b) << 16); 
 MXQ_HD uint16_t bf16_abs_bits(uint16_t b) { return uint16_t(b & kBf16AbsMask); }
 
 // NaN-propagating max of |v_i| over n bf16 values (starts at +0), as bf16 bits.
-MXQ_HD uint16_t amax_bits_bf16(const uint16_t* v, int n, int stride = 1) {
+MXQ_HD uint16_t amax_bits_bf16(const uint16_t* v, int n, int64_t stride = 1) {
   uint16_t m = 0;
   for (int i = 0; i < n; ++i) {
     const uint16_t a = bf16_abs_bits(v[i * stride]);
@@ -168,7 +168,7 @@ MXQ_HD uint16_t dequantize_element(uint8_t q, uint8_t s) {
 }
 
 // One whole block: scale byte and 32 data bytes from 32 bf16 values at v[i * stride].
-MXQ_HD uint8_t quantize_block(const uint16_t* v, int stride, ScaleRounding rule, uint8_t* q) {
+MXQ_HD uint8_t quantize_block(const uint16_t* v, int64_t stride, ScaleRounding rule, uint8_t* q) {
   const uint8_t s = e8m0_from_amax_bf16(amax_bits_bf16(v, kBlock, stride), rule);
   const float r = e8m0_reciprocal(s);
   for (int i = 0; i < kBlock; ++i) q[i] = e4m3_from_f32(mul_rn(bf16_to_f32(v[i * stride]), r));

@@ -1,10 +1,10 @@
-// The bit-exact CPU reference (SPEC §2-§7, docs/numerics.md): the oracle every GPU path is compared with.
+// The bit-exact CPU reference (docs/numerics.md §2-§8): the oracle every GPU path is compared with.
 //
-// Written for reading, not speed: each op validates, then walks the contract literally, using only the scalar
-// functions of numerics.h and the placement functions of layout.h. Threads split the work into disjoint
-// ranges of rows (or of 32-row blocks), so every byte has exactly one writer and the result is deterministic.
-// Every byte of every output is written on every call: scale buffers are zero-filled first (their padding and
-// slack are defined as 0), then every defined scale is placed; data bytes are all defined.
+// Written for reading, not speed: each op validates, then walks the contract literally, using only
+// the scalar functions of numerics.h and the placement functions of layout.h. Threads take disjoint
+// ranges of rows (or of 32-row blocks), so every byte has one writer and results are deterministic.
+// Every byte of every output is written on every call: scale buffers are zero-filled first (their
+// padding and slack are defined as 0), then every defined scale is placed.
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -19,7 +19,7 @@
 namespace mxq::ref {
 namespace {
 
-// Calls body(begin, end) on disjoint contiguous ranges covering [0, n), one range per hardware thread.
+// Calls body(begin, end) on disjoint ranges covering [0, n), one range per hardware thread.
 template <typename Body>
 void parallel_for(int64_t n, const Body& body) {
   const int64_t threads =
@@ -36,24 +36,27 @@ void zero_fill(uint8_t* p, int64_t bytes) {
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
-// Offsets live in host memory here, so unlike the GPU path (SPEC §9) the reference checks them and throws.
-// Same rules and wording as mxq::validate_offs.
-void check_offs(const int32_t* offs, int64_t num_groups, int64_t M) {
+// Offsets are host memory here, so unlike the GPU path the reference checks them and throws, with
+// the rules and wording of mxq::validate_offs. `tokens` is the extent they index, named `name`.
+void check_offs(const int32_t* offs, int64_t num_groups, int64_t tokens, const char* name = "M") {
   int64_t prev = 0;
   for (int64_t g = 0; g < num_groups; ++g) {
     const int64_t end = offs[g];
-    MXQ_CHECK(end >= prev, "mxq: offs must be non-decreasing and non-negative, got offs[", g, "]=", end,
-              g > 0 ? " after " : " (negative)", g > 0 ? std::to_string(prev) : std::string());
-    MXQ_CHECK(end <= M, "mxq: offs must not exceed M=", M, ", got offs[", g, "]=", end);
+    MXQ_CHECK(end >= prev, "mxq: offs must be non-decreasing and non-negative, got offs[", g,
+              "]=", end, g > 0 ? " after " : " (negative)",
+              g > 0 ? std::to_string(prev) : std::string());
+    MXQ_CHECK(end <= tokens, "mxq: offs must not exceed ", name, "=", tokens, ", got offs[", g,
+              "]=", end);
     MXQ_CHECK(end % kGroupAlign == 0, "mxq: group boundaries must be multiples of ", kGroupAlign,
               ", got offs[", g, "]=", end);
     prev = end;
   }
 }
 
-// Where the colwise scale S_col[k, i] lives in s_col (SPEC §5-§6): the dense blocked layout of (K, M/32), or,
-// with offs, the region of the K-group owning token block i. Tokens past offs[G-1] (the uncovered tail) have
-// no place: offset() returns -1 and their bytes stay 0. `offs` must already be checked.
+// Where the colwise scale S_col[k, i] lives in s_col (§5-§6): the dense blocked layout of
+// (K, M/32), or, with offs, the region of the K-group owning token block i. Tokens past offs[G-1]
+// (the uncovered tail) have no place: offset() returns -1 and their bytes stay 0. `offs` must
+// already be checked.
 class ColScalePlacement {
  public:
   ColScalePlacement(int64_t M, int64_t K, const int32_t* offs, int64_t num_groups)
@@ -66,7 +69,9 @@ class ColScalePlacement {
     for (int64_t g = 0; g < num_groups; ++g) {
       group = next_kgroup(group, offs[g], K);
       groups_.push_back(group);
-      for (int64_t c = group.col_begin; c < group.col_begin + group.cols; ++c) group_of_col_[c] = g;
+      for (int64_t c = group.col_begin; c < group.col_begin + group.cols; ++c) {
+        group_of_col_[static_cast<size_t>(c)] = g;
+      }
     }
   }
 
@@ -82,15 +87,16 @@ class ColScalePlacement {
   int64_t scale_cols_;
   int64_t bytes_;
   bool grouped_;
-  std::vector<KGroup> groups_;
-  std::vector<int64_t> group_of_col_;  // K-groups mode: owning group of each scale column, -1 in the tail
+  std::vector<KGroup> groups_;         // K-groups mode only
+  std::vector<int64_t> group_of_col_;  // owning group of each scale column, -1 in the tail
 };
 
 const uint16_t* bf16_ptr(const void* x) { return static_cast<const uint16_t*>(x); }
 
-// Rowwise 1x32 (SPEC §2, §5): q_row (M, K) and blocked S_row with zero padding. With 128-multiple groups the
-// M-groups layout of s_row is the dense one (SPEC §6), so grouped mode needs nothing else here.
-void rowwise(const uint16_t* x, int64_t M, int64_t K, ScaleRounding rule, uint8_t* q_row, uint8_t* s_row) {
+// Rowwise 1x32 (§2, §5): q_row (M, K) and blocked S_row with zero padding. With 128-multiple
+// groups the M-groups layout of s_row is the dense one (§6): grouped mode needs nothing else here.
+void rowwise(const uint16_t* x, int64_t M, int64_t K, ScaleRounding rule, uint8_t* q_row,
+             uint8_t* s_row) {
   const int64_t scale_cols = K / kBlock;
   zero_fill(s_row, s_row_shape(M, K).bytes());
   parallel_for(M, [&](int64_t m_begin, int64_t m_end) {
@@ -103,23 +109,23 @@ void rowwise(const uint16_t* x, int64_t M, int64_t K, ScaleRounding rule, uint8_
   });
 }
 
-// Colwise 32x1 (SPEC §2, §5): q_col (K, M), row k = column k of x quantized in blocks of 32 rows. The scale
-// of block (k, i) goes to store_scale(k, i, s). Threads own disjoint ranges of 32-row blocks i.
+// Colwise 32x1 (§2, §5): q_col (K, M), row k = column k of x quantized in blocks of 32 rows. The
+// scale of block (k, i) goes to store_scale(k, i, s). Threads own disjoint ranges of blocks i.
 template <typename StoreScale>
 void colwise(const uint16_t* x, int64_t M, int64_t K, ScaleRounding rule, uint8_t* q_col,
              const StoreScale& store_scale) {
   parallel_for(M / kBlock, [&](int64_t i_begin, int64_t i_end) {
-    uint8_t q[kBlock];
+    uint16_t v[kBlock];
     for (int64_t i = i_begin; i < i_end; ++i) {
       for (int64_t k = 0; k < K; ++k) {
-        store_scale(k, i, quantize_block(x + i * kBlock * K + k, static_cast<int>(K), rule, q));
-        std::memcpy(q_col + k * M + i * kBlock, q, kBlock);
+        for (int j = 0; j < kBlock; ++j) v[j] = x[(i * kBlock + j) * K + k];  // x[32i + j, k]
+        store_scale(k, i, quantize_block(v, 1, rule, q_col + k * M + i * kBlock));
       }
     }
   });
 }
 
-// Optional status word of grouped ops: offs were checked above, so the answer is always 0 ("well formed").
+// The optional status word of grouped ops: offs were checked on the host, so it is always 0.
 void write_status(int32_t* status) {
   if (status != nullptr) *status = 0;
 }
@@ -156,8 +162,9 @@ void swizzle_col_scales(const SwizzleParams& p) {
   write_status(p.status);
 }
 
-// All four outputs in one call. The colwise scales are placed straight into s_col rather than through the plain
-// S_col and the swizzle, so that dual == rowwise + colwise + swizzle is a real cross-check of the placement.
+// All four outputs in one call. The colwise scales are placed straight into s_col rather than
+// through the plain S_col and the swizzle, so that dual == rowwise + colwise + swizzle is a real
+// cross-check of the placement.
 void quantize_dual(const DualParams& p) {
   detail::validate(p, detail::kCpu);
   if (p.offs != nullptr) check_offs(p.offs, p.num_groups, p.M);
@@ -172,11 +179,11 @@ void quantize_dual(const DualParams& p) {
   write_status(p.status);
 }
 
-// out[r, c] = bf16(e4m3(q[r, c]) * 2^(S[r, c/32] - 127)) with S blocked (rows, cols/32), or in the K-groups
-// layout when offs is given (cols are tokens). Tokens in the uncovered tail have no scale: they give +0.
+// §8: out[r, c] = bf16(e4m3(q[r, c]) * 2^(S[r, c/32] - 127)), S blocked (rows, cols/32) or, with
+// offs, in the K-groups layout (cols are tokens). Tail tokens have no scale: they give +0.
 void dequantize(const DequantizeParams& p) {
   detail::validate(p, detail::kCpu);
-  if (p.offs != nullptr) check_offs(p.offs, p.num_groups, p.cols);
+  if (p.offs != nullptr) check_offs(p.offs, p.num_groups, p.cols, "cols");
   const ColScalePlacement place(p.cols, p.rows, p.offs, p.num_groups);
   auto* out = static_cast<uint16_t*>(p.out);
   parallel_for(p.rows, [&](int64_t r_begin, int64_t r_end) {

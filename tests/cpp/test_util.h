@@ -32,6 +32,9 @@ inline const char* dist_name(Dist d) {
   return "?";
 }
 
+// Readable test parameters in test names and CTest listings (instead of raw bytes).
+inline void PrintTo(Dist d, std::ostream* os) { *os << dist_name(d); }
+
 inline uint16_t bf16_rn(float f) { return bf16_from_f32(f); }
 
 // The SPEC §4 special blocks as 32 bf16 values each (bf16 max 0x7F7F, smallest subnormal 0x0001, ...).
@@ -118,4 +121,58 @@ inline ::testing::AssertionResult bytes_equal(const std::vector<uint8_t>& got, c
   return ::testing::AssertionFailure() << os.str();
 }
 
+// ---- expected scale layouts, built the way torchao builds them, independently of layout.h ----
+
+// torchao's to_blocked on a row-major S (rows, cols): pad to (128*nr, 4*nc), then
+// view(nr, 128, nc, 4).permute(0, 2, 1, 3).reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1, 32, 16):
+// row i of a 128x4 block is (u, v) = (i/32, i%32) after the reshape and lands at (v, u) after the
+// transpose.
+template <typename T>
+std::vector<T> to_blocked(const std::vector<T>& s, int64_t rows, int64_t cols) {
+  const int64_t nr = (rows + 127) / 128, nc = (cols + 3) / 4;
+  std::vector<T> out(static_cast<size_t>(nr * nc * 512), T(0));
+  for (int64_t br = 0; br < nr; ++br) {
+    for (int64_t bc = 0; bc < nc; ++bc) {
+      for (int64_t i = 0; i < 128; ++i) {
+        for (int64_t j = 0; j < 4; ++j) {
+          const int64_t r = br * 128 + i, c = bc * 4 + j, u = i / 32, v = i % 32;
+          const T value = r < rows && c < cols ? s[static_cast<size_t>(r * cols + c)] : T(0);
+          out[static_cast<size_t>((br * nc + bc) * 512 + v * 16 + u * 4 + j)] = value;  // (v, u, j)
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// torchao's K-groups rearrangement of a plain S_col (K, M/32): each group's column slice
+// [offs[g-1]/32, offs[g]/32) blocked on its own, the blocks concatenated, the rest of the
+// (roundup(K,128), M/32 + 4G) allocation zero.
+inline std::vector<uint8_t> to_kgroups(const std::vector<uint8_t>& s_col_plain, int64_t M,
+                                       int64_t K, const std::vector<int32_t>& offs) {
+  const int64_t scale_cols = M / 32;
+  std::vector<uint8_t> out(
+      static_cast<size_t>((K + 127) / 128 * 128 * (scale_cols + 4 * int64_t(offs.size()))), 0);
+  size_t pos = 0;
+  int64_t begin = 0;
+  for (const int32_t end_token : offs) {
+    const int64_t end = end_token / 32;
+    std::vector<uint8_t> slice;
+    for (int64_t k = 0; k < K; ++k) {
+      for (int64_t c = begin; c < end; ++c) {
+        slice.push_back(s_col_plain[static_cast<size_t>(k * scale_cols + c)]);
+      }
+    }
+    const std::vector<uint8_t> blocked = to_blocked(slice, K, end - begin);
+    std::copy(blocked.begin(), blocked.end(), out.begin() + static_cast<std::ptrdiff_t>(pos));
+    pos += blocked.size();
+    begin = end;
+  }
+  return out;
+}
+
 }  // namespace mxq::test
+
+namespace mxq {
+inline void PrintTo(ScaleRounding rule, std::ostream* os) { *os << to_string(rule); }
+}  // namespace mxq
