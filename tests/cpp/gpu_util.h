@@ -26,10 +26,6 @@
 #include "mxq/numerics.h"
 #include "test_util.h"
 
-namespace mxq {
-inline void PrintTo(ScaleRounding r, std::ostream* os) { *os << to_string(r); }
-}  // namespace mxq
-
 namespace mxq::test {
 
 // ---- CUDA errors: thrown, so GoogleTest reports them as a failure of the running test ----
@@ -344,7 +340,6 @@ inline const char* rounding_name(ScaleRounding r) { return to_string(r); }
 
 // Printers, so GoogleTest and ctest show parameters as words instead of bytes.
 inline void PrintTo(Path p, std::ostream* os) { *os << path_name(p); }
-inline void PrintTo(Dist d, std::ostream* os) { *os << dist_name(d); }
 inline void PrintTo(GroupFill f, std::ostream* os) { *os << group_fill_name(f); }
 inline void PrintTo(const Shape& s, std::ostream* os) { *os << shape_name(s); }
 
