@@ -47,6 +47,7 @@ fi
 if has bench; then
   log "bench"
   build/tools/mxq bench --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -60 || status=1
+  python3 benchmarks/plot.py "$OUT/bench.json" -o "$OUT/bench.png" >/dev/null 2>&1 || echo "plot: failed"
 fi
 
 if has python; then
