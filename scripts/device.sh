@@ -53,7 +53,8 @@ if has python; then
   log "python"
   python3 -m pip install --no-build-isolation --no-deps -q . >"$OUT/python.log" 2>&1 ||
     { tail -40 "$OUT/python.log"; status=1; }
-  (cd /tmp && python3 -X faulthandler -m pytest -v -rs -p no:cacheprovider "$OLDPWD/tests/python" 2>&1) |
+  # xdist workers: a test that crashes its process is reported as failed instead of ending the run.
+  (cd /tmp && python3 -X faulthandler -m pytest -n 8 -v -rs -p no:cacheprovider "$OLDPWD/tests/python" 2>&1) |
     tee -a "$OUT/python.log" | grep -vE " PASSED|^\s+File " | tail -40 || status=1
 fi
 exit $status
