@@ -126,7 +126,7 @@ def test_cuda_malformed_offs_is_silent_and_contained(name):
         out = op(name)(x, offs=offs)
         torch.cuda.synchronize()
         assert all(t.is_cuda for t in out)
-        with pytest.raises(ValueError, match=r"mxq.validate_offs: offs\[\d\]"):
+        with pytest.raises(ValueError, match=r"mxq\.validate_offs: .*offs\[\d\]"):
             mxq.validate_offs(offs, 256)
 
 
