@@ -270,34 +270,6 @@ Outputs run_cpu(const char* op, const Tensor& x, int64_t block_size, c10::string
   return o;
 }
 
-Quant2 quantize_1x32_cpu(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                         const OptTensor& offs) {
-  Outputs o =
-      run_cpu("mxq::quantize_1x32", x, block_size, scaling_mode, offs, true, false, Dual::kNone);
-  return {o.q_row, o.s_row};
-}
-
-Quant2 quantize_32x1_cpu(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                         const OptTensor& offs) {
-  Outputs o =
-      run_cpu("mxq::quantize_32x1", x, block_size, scaling_mode, offs, false, true, Dual::kNone);
-  return {o.q_col, o.s_col};
-}
-
-Quant4 quantize_1x32_32x1_cpu(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                              const OptTensor& offs) {
-  Outputs o = run_cpu("mxq::quantize_1x32_32x1", x, block_size, scaling_mode, offs, true, true,
-                      Dual::kFused);
-  return {o.q_row, o.s_row, o.q_col, o.s_col};
-}
-
-Quant4 quantize_1x32_32x1_composed_cpu(const Tensor& x, int64_t block_size,
-                                       c10::string_view scaling_mode, const OptTensor& offs) {
-  Outputs o = run_cpu("mxq::quantize_1x32_32x1_composed", x, block_size, scaling_mode, offs, true,
-                      true, Dual::kComposed);
-  return {o.q_row, o.s_row, o.q_col, o.s_col};
-}
-
 DequantizeParams dequant_params(const Tensor& q, const Tensor& scales, const OptTensor& offs,
                                 const Tensor& out) {
   DequantizeParams p;
@@ -417,34 +389,6 @@ Outputs run_cuda(const char* op, const Tensor& x, int64_t block_size, c10::strin
   return o;
 }
 
-Quant2 quantize_1x32_cuda(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                          const OptTensor& offs) {
-  Outputs o =
-      run_cuda("mxq::quantize_1x32", x, block_size, scaling_mode, offs, true, false, Dual::kNone);
-  return {o.q_row, o.s_row};
-}
-
-Quant2 quantize_32x1_cuda(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                          const OptTensor& offs) {
-  Outputs o =
-      run_cuda("mxq::quantize_32x1", x, block_size, scaling_mode, offs, false, true, Dual::kNone);
-  return {o.q_col, o.s_col};
-}
-
-Quant4 quantize_1x32_32x1_cuda(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                               const OptTensor& offs) {
-  Outputs o = run_cuda("mxq::quantize_1x32_32x1", x, block_size, scaling_mode, offs, true, true,
-                       Dual::kFused);
-  return {o.q_row, o.s_row, o.q_col, o.s_col};
-}
-
-Quant4 quantize_1x32_32x1_composed_cuda(const Tensor& x, int64_t block_size,
-                                        c10::string_view scaling_mode, const OptTensor& offs) {
-  Outputs o = run_cuda("mxq::quantize_1x32_32x1_composed", x, block_size, scaling_mode, offs, true,
-                       true, Dual::kComposed);
-  return {o.q_row, o.s_row, o.q_col, o.s_col};
-}
-
 Tensor dequantize_cuda(const Tensor& q, const Tensor& scales, const OptTensor& offs) {
   constexpr const char* op = "mxq::dequantize";
   const DequantArgs a = check_dequant_args(op, q, scales, offs);
@@ -460,6 +404,41 @@ Tensor dequantize_cuda(const Tensor& q, const Tensor& scales, const OptTensor& o
 }
 
 #endif  // MXQ_TORCH_WITH_CUDA
+
+// ---- the four quantize ops, one shim each over a runner (run_cpu or run_cuda) ----
+
+using Runner = Outputs (*)(const char*, const Tensor&, int64_t, c10::string_view, const OptTensor&, bool,
+                           bool, Dual);
+
+template <Runner kRun>
+Quant2 quantize_1x32(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
+                     const OptTensor& offs) {
+  Outputs o = kRun("mxq::quantize_1x32", x, block_size, scaling_mode, offs, true, false, Dual::kNone);
+  return {o.q_row, o.s_row};
+}
+
+template <Runner kRun>
+Quant2 quantize_32x1(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
+                     const OptTensor& offs) {
+  Outputs o = kRun("mxq::quantize_32x1", x, block_size, scaling_mode, offs, false, true, Dual::kNone);
+  return {o.q_col, o.s_col};
+}
+
+template <Runner kRun>
+Quant4 quantize_1x32_32x1(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
+                          const OptTensor& offs) {
+  Outputs o =
+      kRun("mxq::quantize_1x32_32x1", x, block_size, scaling_mode, offs, true, true, Dual::kFused);
+  return {o.q_row, o.s_row, o.q_col, o.s_col};
+}
+
+template <Runner kRun>
+Quant4 quantize_1x32_32x1_composed(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
+                                   const OptTensor& offs) {
+  Outputs o = kRun("mxq::quantize_1x32_32x1_composed", x, block_size, scaling_mode, offs, true, true,
+                   Dual::kComposed);
+  return {o.q_row, o.s_row, o.q_col, o.s_col};
+}
 
 }  // namespace
 }  // namespace mxq::torch_ext
@@ -485,10 +464,10 @@ TORCH_LIBRARY(mxq, m) {
 
 TORCH_LIBRARY_IMPL(mxq, CPU, m) {
   using namespace mxq::torch_ext;
-  m.impl("quantize_1x32", &quantize_1x32_cpu);
-  m.impl("quantize_32x1", &quantize_32x1_cpu);
-  m.impl("quantize_1x32_32x1", &quantize_1x32_32x1_cpu);
-  m.impl("quantize_1x32_32x1_composed", &quantize_1x32_32x1_composed_cpu);
+  m.impl("quantize_1x32", &quantize_1x32<run_cpu>);
+  m.impl("quantize_32x1", &quantize_32x1<run_cpu>);
+  m.impl("quantize_1x32_32x1", &quantize_1x32_32x1<run_cpu>);
+  m.impl("quantize_1x32_32x1_composed", &quantize_1x32_32x1_composed<run_cpu>);
   m.impl("dequantize", &dequantize_cpu);
 }
 
@@ -504,10 +483,10 @@ TORCH_LIBRARY_IMPL(mxq, Meta, m) {
 #ifdef MXQ_TORCH_WITH_CUDA
 TORCH_LIBRARY_IMPL(mxq, CUDA, m) {
   using namespace mxq::torch_ext;
-  m.impl("quantize_1x32", &quantize_1x32_cuda);
-  m.impl("quantize_32x1", &quantize_32x1_cuda);
-  m.impl("quantize_1x32_32x1", &quantize_1x32_32x1_cuda);
-  m.impl("quantize_1x32_32x1_composed", &quantize_1x32_32x1_composed_cuda);
+  m.impl("quantize_1x32", &quantize_1x32<run_cuda>);
+  m.impl("quantize_32x1", &quantize_32x1<run_cuda>);
+  m.impl("quantize_1x32_32x1", &quantize_1x32_32x1<run_cuda>);
+  m.impl("quantize_1x32_32x1_composed", &quantize_1x32_32x1_composed<run_cuda>);
   m.impl("dequantize", &dequantize_cuda);
 }
 #endif
