@@ -24,3 +24,12 @@ template <typename... Args>
   do {                                                                \
     if (!(cond)) ::mxq::detail::fail(__FILE__, __LINE__, #cond, __VA_ARGS__); \
   } while (0)
+
+// MXQ_CHECK_CUDA(call): throws mxq::Error with the CUDA error's name and text. Only for files that include the
+// CUDA runtime (the macro names cudaGetErrorName).
+#define MXQ_CHECK_CUDA(call)                                                                 \
+  do {                                                                                       \
+    const cudaError_t mxq_err_ = (call);                                                     \
+    MXQ_CHECK(mxq_err_ == cudaSuccess, "mxq: CUDA error ", cudaGetErrorName(mxq_err_), ": ", \
+              cudaGetErrorString(mxq_err_));                                                 \
+  } while (0)

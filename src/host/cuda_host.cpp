@@ -9,13 +9,6 @@
 #include "check.h"
 #include "validate.h"
 
-#define MXQ_CHECK_CUDA(call)                                                                  \
-  do {                                                                                        \
-    const cudaError_t mxq_err_ = (call);                                                      \
-    MXQ_CHECK(mxq_err_ == cudaSuccess, "mxq: CUDA error ", cudaGetErrorName(mxq_err_), ": ",  \
-              cudaGetErrorString(mxq_err_));                                                  \
-  } while (0)
-
 namespace mxq {
 namespace detail {
 

@@ -11,13 +11,6 @@
 #include "mxq/numerics.h"
 #include "ptx.cuh"
 
-#define MXQ_CHECK_CUDA(call)                                                                 \
-  do {                                                                                       \
-    const cudaError_t mxq_err_ = (call);                                                     \
-    MXQ_CHECK(mxq_err_ == cudaSuccess, "mxq: CUDA error ", cudaGetErrorName(mxq_err_), ": ", \
-              cudaGetErrorString(mxq_err_));                                                 \
-  } while (0)
-
 namespace mxq::kernels {
 
 constexpr int kTile = 128;  // every quantize / swizzle / dequantize CTA owns a 128x128 element tile
