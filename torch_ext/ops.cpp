@@ -226,6 +226,25 @@ void check_cpu(const char* op, const Tensor& x, const OptTensor& offs, const cha
   }
 }
 
+// The four outputs of a two-axis op as the core's params. No status word: the device check of offs stays
+// silent in the op; mxq.validate_offs raises for those who want an exception.
+DualParams dual_params(const Tensor& x, const QuantArgs& a, const OptTensor& offs, const Outputs& o,
+                       cudaStream_t stream) {
+  DualParams p;
+  p.x = x.const_data_ptr();
+  p.M = o.M;
+  p.K = o.K;
+  p.rounding = a.rounding;
+  p.offs = offs_ptr(offs);
+  p.num_groups = o.G;
+  p.q_row = bytes(o.q_row);
+  p.s_row = bytes(o.s_row);
+  p.q_col = bytes(o.q_col);
+  p.s_col = bytes(o.s_col);
+  p.stream = stream;
+  return p;
+}
+
 // How a two-axis op runs: one fused pass, or the rowwise, colwise and swizzle steps.
 enum class Dual { kNone, kFused, kComposed };
 
@@ -241,18 +260,7 @@ Outputs run_cpu(const char* op, const Tensor& x, int64_t block_size, c10::string
   Outputs o = alloc_outputs(x, a, offs.has_value(), row, col);
   call_core(op, [&] {
     if (dual == Dual::kFused) {
-      DualParams p;
-      p.x = x.const_data_ptr();
-      p.M = o.M;
-      p.K = o.K;
-      p.rounding = a.rounding;
-      p.offs = offs_ptr(offs);
-      p.num_groups = o.G;
-      p.q_row = bytes(o.q_row);
-      p.s_row = bytes(o.s_row);
-      p.q_col = bytes(o.q_col);
-      p.s_col = bytes(o.s_col);
-      ref::quantize_dual(p);
+      ref::quantize_dual(dual_params(x, a, offs, o, nullptr));
       return;
     }
     if (row) {
@@ -352,20 +360,7 @@ Outputs run_cuda(const char* op, const Tensor& x, int64_t block_size, c10::strin
   Outputs o = alloc_outputs(x, a, offs.has_value(), row, col);
   call_core(op, [&] {
     if (row && col) {
-      DualParams p;
-      p.x = x.const_data_ptr();
-      p.M = o.M;
-      p.K = o.K;
-      p.rounding = a.rounding;
-      p.offs = offs_ptr(offs);
-      p.num_groups = o.G;
-      p.q_row = bytes(o.q_row);
-      p.s_row = bytes(o.s_row);
-      p.q_col = bytes(o.q_col);
-      p.s_col = bytes(o.s_col);
-      p.status =
-          nullptr;  // the device check stays silent; mxq.validate_offs raises for those who want it
-      p.stream = stream;
+      const DualParams p = dual_params(x, a, offs, o, stream);
       if (dual == Dual::kFused) {
         mxq::quantize_dual(p);
       } else {
