@@ -126,9 +126,9 @@ struct RoofPoint {
   double tbps() const { return std::max(start_tbps, end_tbps); }
 };
 
-// Timed as plain stream work between events, not as a graph: a 1-4 GiB memcpy node replayed from a graph ran at
-// 2.7 TB/s on the H200 against 4.2 for the same cudaMemcpyAsync issued directly (2026-12-02), and the roof is
-// the best copy the machine does.
+// Timed as plain stream work between events, not as a graph: a 1-4 GiB memcpy node replayed from a
+// graph ran at 2.7 TB/s on the H200 against 4.2 for the same cudaMemcpyAsync issued directly
+// (2026-12-02), and the roof is the best copy the machine does.
 double measure_copy_tbps(const DeviceBuffer& src, const DeviceBuffer& dst, int64_t bytes,
                          cudaStream_t stream) {
   auto copy = [&] {
@@ -608,7 +608,8 @@ void write_json(const std::string& path, const RunRecord& run) {
         "L2); per-call time = median over replays of replay time / calls\", \"replays\": "
      << run.options.replays << ", \"warmup\": " << run.options.warmup
      << ", \"rule\": " << quote(run.options.rule) << ", \"seed\": " << run.options.seed
-     << ", \"bytes\": \"tools/traffic.h\", \"roof\": \"cudaMemcpyAsync D2D between events (not a graph), (read + written) / "
+     << ", \"bytes\": \"tools/traffic.h\", \"roof\": \"cudaMemcpyAsync D2D between events (not a "
+        "graph), (read + written) / "
         "time, median of "
      << kRoofReplays
      << " copies, max of a pass at the start and one at the end; each row uses the copy "

@@ -226,8 +226,8 @@ void check_cpu(const char* op, const Tensor& x, const OptTensor& offs, const cha
   }
 }
 
-// The four outputs of a two-axis op as the core's params. No status word: the device check of offs stays
-// silent in the op; mxq.validate_offs raises for those who want an exception.
+// The four outputs of a two-axis op as the core's params. No status word: the device check of offs
+// stays silent in the op; mxq.validate_offs raises for those who want an exception.
 DualParams dual_params(const Tensor& x, const QuantArgs& a, const OptTensor& offs, const Outputs& o,
                        cudaStream_t stream) {
   DualParams p;
@@ -402,20 +402,22 @@ Tensor dequantize_cuda(const Tensor& q, const Tensor& scales, const OptTensor& o
 
 // ---- the four quantize ops, one shim each over a runner (run_cpu or run_cuda) ----
 
-using Runner = Outputs (*)(const char*, const Tensor&, int64_t, c10::string_view, const OptTensor&, bool,
-                           bool, Dual);
+using Runner = Outputs (*)(const char*, const Tensor&, int64_t, c10::string_view, const OptTensor&,
+                           bool, bool, Dual);
 
 template <Runner kRun>
 Quant2 quantize_1x32(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
                      const OptTensor& offs) {
-  Outputs o = kRun("mxq::quantize_1x32", x, block_size, scaling_mode, offs, true, false, Dual::kNone);
+  Outputs o =
+      kRun("mxq::quantize_1x32", x, block_size, scaling_mode, offs, true, false, Dual::kNone);
   return {o.q_row, o.s_row};
 }
 
 template <Runner kRun>
 Quant2 quantize_32x1(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
                      const OptTensor& offs) {
-  Outputs o = kRun("mxq::quantize_32x1", x, block_size, scaling_mode, offs, false, true, Dual::kNone);
+  Outputs o =
+      kRun("mxq::quantize_32x1", x, block_size, scaling_mode, offs, false, true, Dual::kNone);
   return {o.q_col, o.s_col};
 }
 
@@ -428,10 +430,10 @@ Quant4 quantize_1x32_32x1(const Tensor& x, int64_t block_size, c10::string_view 
 }
 
 template <Runner kRun>
-Quant4 quantize_1x32_32x1_composed(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                                   const OptTensor& offs) {
-  Outputs o = kRun("mxq::quantize_1x32_32x1_composed", x, block_size, scaling_mode, offs, true, true,
-                   Dual::kComposed);
+Quant4 quantize_1x32_32x1_composed(const Tensor& x, int64_t block_size,
+                                   c10::string_view scaling_mode, const OptTensor& offs) {
+  Outputs o = kRun("mxq::quantize_1x32_32x1_composed", x, block_size, scaling_mode, offs, true,
+                   true, Dual::kComposed);
   return {o.q_row, o.s_row, o.q_col, o.s_col};
 }
 

@@ -1,11 +1,11 @@
-// mxq numerics: the MXFP8 block contract (docs/numerics.md, SPEC §1-§3) as scalar functions usable from
-// host code, device code and the CPU reference alike.
+// mxq numerics: the MXFP8 block contract (docs/numerics.md, SPEC §1-§3) as scalar functions usable
+// from host code, device code and the CPU reference alike.
 //
 // One 1x32 or 32x1 block of bf16 values v_i becomes one E8M0 scale byte s and 32 e4m3 bytes:
-//   amax = NaN-propagating max |v_i|           (amax_bits_bf16: an integer max of sign-masked bits)
-//   s    = e8m0_from_amax(amax, rule)          (RCEIL: round amax/448 up; FLOOR: exponent of amax/256)
-//   r    = e8m0_reciprocal(s)                  (2^(127-s); s = 254 gives the fp32 subnormal 2^-127)
-//   q_i  = e4m3_from_f32(fl32(v_i * r))        (RNE, saturating to +-448, NaN -> 0x7F)
+//   amax = NaN-propagating max |v_i|     (amax_bits_bf16: an integer max of sign-masked bits)
+//   s    = e8m0_from_amax(amax, rule)    (RCEIL: round amax/448 up; FLOOR: exponent of amax/256)
+//   r    = e8m0_reciprocal(s)            (2^(127-s); s = 254 gives the fp32 subnormal 2^-127)
+//   q_i  = e4m3_from_f32(fl32(v_i * r))  (RNE, saturating to +-448, NaN -> 0x7F)
 // No flush-to-zero anywhere: never build mxq with fast-math or -ftz=true.
 #pragma once
 
@@ -22,13 +22,14 @@ namespace mxq {
 
 enum class ScaleRounding : int32_t { kRceil = 0, kFloor = 1 };
 
-constexpr int kBlock = 32;               // elements per scale block, both axes
-constexpr uint8_t kE8m0Nan = 0xFF;       // scale byte of a block holding NaN or Inf
-constexpr uint8_t kE4m3Nan = 0x7F;       // data byte mxq writes for NaN
-constexpr uint8_t kE4m3MaxFinite = 0x7E; // 448
+constexpr int kBlock = 32;                // elements per scale block, both axes
+constexpr uint8_t kE8m0Nan = 0xFF;        // scale byte of a block holding NaN or Inf
+constexpr uint8_t kE4m3Nan = 0x7F;        // data byte mxq writes for NaN
+constexpr uint8_t kE4m3MaxFinite = 0x7E;  // 448
 constexpr uint16_t kBf16AbsMask = 0x7FFF;
 constexpr uint16_t kBf16Inf = 0x7F80;
-constexpr uint32_t kRceilInv448 = 0x3B124925;  // fp32 rounding of 1/448: RCEIL multiplies, never divides
+constexpr uint32_t kRceilInv448 =
+    0x3B124925;  // fp32 rounding of 1/448: RCEIL multiplies, never divides
 constexpr uint32_t kFloorInv256 = 0x3B800000;  // 2^-8
 
 MXQ_HD uint32_t f32_bits(float f) {
@@ -51,7 +52,8 @@ MXQ_HD float f32_from_bits(uint32_t u) {
 #endif
 }
 
-// Exact IEEE fp32 product, never contracted and never flushed (subnormals are part of the contract).
+// Exact IEEE fp32 product, never contracted and never flushed (subnormals are part of the
+// contract).
 MXQ_HD float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
@@ -62,8 +64,9 @@ MXQ_HD float mul_rn(float a, float b) {
 
 MXQ_HD float bf16_to_f32(uint16_t b) { return f32_from_bits(uint32_t(b) << 16); }
 
-// |v| as bf16 bits. For non-negative bit patterns unsigned order is float order, and every NaN pattern
-// (0x7F81..0x7FFF) lies above Inf (0x7F80): an unsigned max over these is the NaN-propagating amax.
+// |v| as bf16 bits. For non-negative bit patterns unsigned order is float order, and every NaN
+// pattern (0x7F81..0x7FFF) lies above Inf (0x7F80): an unsigned max over these is the
+// NaN-propagating amax.
 MXQ_HD uint16_t bf16_abs_bits(uint16_t b) { return uint16_t(b & kBf16AbsMask); }
 
 // NaN-propagating max of |v_i| over n bf16 values (starts at +0), as bf16 bits.
@@ -76,9 +79,9 @@ MXQ_HD uint16_t amax_bits_bf16(const uint16_t* v, int n, int64_t stride = 1) {
   return m;
 }
 
-// RCEIL: round d up to a power of two without saturation (SPEC §3 boundary table). Branch-free: a normal d
-// rounds up when any mantissa bit is set; a zero/subnormal d (exponent 0) only when d > 2^-127; NaN/Inf
-// (exponent 255) and 2^127 < d (254 plus a round-up) both give 255.
+// RCEIL: round d up to a power of two without saturation (SPEC §3 boundary table). Branch-free: a
+// normal d rounds up when any mantissa bit is set; a zero/subnormal d (exponent 0) only when d >
+// 2^-127; NaN/Inf (exponent 255) and 2^127 < d (254 plus a round-up) both give 255.
 MXQ_HD uint8_t e8m0_rceil_from_d(uint32_t d_bits) {
   const uint32_t exponent = (d_bits >> 23) & 0xFF;
   const uint32_t mantissa = d_bits & 0x7FFFFF;
@@ -114,8 +117,8 @@ MXQ_HD float e8m0_to_f32(uint8_t s) {
 // The multiplier r = 2^(127-s) of SPEC §2 step 4: byte (254 - s) mod 256 read as E8M0.
 MXQ_HD float e8m0_reciprocal(uint8_t s) { return e8m0_to_f32(uint8_t(254 - s)); }
 
-// fp32 -> e4m3 (float8_e4m3fn): round to nearest even, finite magnitudes above 448 and +-Inf saturate to
-// +-448, NaN -> 0x7F, sign kept (so -0 and negative underflow give 0x80).
+// fp32 -> e4m3 (float8_e4m3fn): round to nearest even, finite magnitudes above 448 and +-Inf
+// saturate to +-448, NaN -> 0x7F, sign kept (so -0 and negative underflow give 0x80).
 MXQ_HD uint8_t e4m3_from_f32(float p) {
   const uint32_t bits = f32_bits(p);
   const uint8_t sign = uint8_t((bits >> 24) & 0x80);
@@ -123,14 +126,16 @@ MXQ_HD uint8_t e4m3_from_f32(float p) {
   if (mag > 0x7F800000u) return kE4m3Nan;
   if (mag > 0x43E00000u) return uint8_t(sign | kE4m3MaxFinite);  // > 448 (Inf included)
   if (mag < 0x3C800000u) {
-    // Below 2^-6, e4m3 is subnormal: codes 0..8 are multiples of 2^-9 (code 8 is the min normal 2^-6).
-    // a * 2^9 is exact and < 8; adding 2^23 leaves exactly its round-to-nearest-even integer.
+    // Below 2^-6, e4m3 is subnormal: codes 0..8 are multiples of 2^-9 (code 8 is the min normal
+    // 2^-6). a * 2^9 is exact and < 8; adding 2^23 leaves exactly its round-to-nearest-even
+    // integer.
     const float scaled = mul_rn(f32_from_bits(mag), 512.0f);
     const float magic = 8388608.0f;
 #if defined(__CUDA_ARCH__)
     const float rounded = __fsub_rn(__fadd_rn(scaled, magic), magic);
 #else
-    volatile float sum = scaled + magic;  // volatile: keep the two roundings apart on every host compiler
+    volatile float sum =
+        scaled + magic;  // volatile: keep the two roundings apart on every host compiler
     const float rounded = sum - magic;
 #endif
     return uint8_t(sign | uint8_t(rounded));
@@ -153,8 +158,9 @@ MXQ_HD float e4m3_to_f32(uint8_t q) {
   return f32_from_bits(sign | ((exponent + 120u) << 23) | (mantissa << 20));
 }
 
-// fp32 -> bf16 bits with round to nearest even. Every NaN becomes the canonical 0x7FC0: NaN payloads and signs
-// differ between CPU and GPU arithmetic, so mxq never lets them reach its outputs.
+// fp32 -> bf16 bits with round to nearest even. Every NaN becomes the canonical 0x7FC0: NaN
+// payloads and signs differ between CPU and GPU arithmetic, so mxq never lets them reach its
+// outputs.
 constexpr uint16_t kBf16CanonicalNan = 0x7FC0;
 MXQ_HD uint16_t bf16_from_f32(float f) {
   const uint32_t bits = f32_bits(f);

@@ -1,10 +1,9 @@
 // The public entry points: validate (SPEC §9), then launch. The CPU reference lives in src/ref/.
-#include "mxq/mxq.h"
-
 #include <sstream>
 
 #include "../kernels/launch.h"
 #include "check.h"
+#include "mxq/mxq.h"
 #include "validate.h"
 
 namespace mxq {
@@ -25,7 +24,8 @@ std::string describe_status(int32_t status) {
   os << "malformed offs (status " << status << "):";
   if (status & kOffsDecreasing) os << " offsets decrease (or are negative);";
   if (status & kOffsBeyondM) os << " an offset exceeds M;";
-  if (status & kOffsMisaligned) os << " a group boundary is not a multiple of " << kGroupAlign << ";";
+  if (status & kOffsMisaligned)
+    os << " a group boundary is not a multiple of " << kGroupAlign << ";";
   return os.str();
 }
 

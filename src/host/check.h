@@ -19,14 +19,15 @@ template <typename... Args>
 
 }  // namespace mxq::detail
 
-// MXQ_CHECK(cond, "message parts", value, ...): throws mxq::Error with the message when cond is false.
-#define MXQ_CHECK(cond, ...)                                          \
-  do {                                                                \
+// MXQ_CHECK(cond, "message parts", value, ...): throws mxq::Error with the message when cond is
+// false.
+#define MXQ_CHECK(cond, ...)                                                  \
+  do {                                                                        \
     if (!(cond)) ::mxq::detail::fail(__FILE__, __LINE__, #cond, __VA_ARGS__); \
   } while (0)
 
-// MXQ_CHECK_CUDA(call): throws mxq::Error with the CUDA error's name and text. Only for files that include the
-// CUDA runtime (the macro names cudaGetErrorName).
+// MXQ_CHECK_CUDA(call): throws mxq::Error with the CUDA error's name and text. Only for files that
+// include the CUDA runtime (the macro names cudaGetErrorName).
 #define MXQ_CHECK_CUDA(call)                                                                 \
   do {                                                                                       \
     const cudaError_t mxq_err_ = (call);                                                     \

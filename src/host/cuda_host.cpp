@@ -15,11 +15,12 @@ namespace detail {
 void check_device_pointer(const void* ptr, const char* name) {
   cudaPointerAttributes attr{};
   const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
-  if (err != cudaSuccess) (void)cudaGetLastError();  // clear the sticky-free error of an unknown pointer
+  if (err != cudaSuccess)
+    (void)cudaGetLastError();  // clear the sticky-free error of an unknown pointer
   int device = -1;
   MXQ_CHECK_CUDA(cudaGetDevice(&device));
-  const bool on_device = err == cudaSuccess && (attr.type == cudaMemoryTypeDevice ||
-                                                attr.type == cudaMemoryTypeManaged);
+  const bool on_device = err == cudaSuccess &&
+                         (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
   MXQ_CHECK(on_device, "mxq: ", name, " must be device memory, got a host pointer ", ptr);
   MXQ_CHECK(attr.device == device, "mxq: ", name, " lives on cuda:", attr.device,
             " but the current device is cuda:", device);
@@ -29,8 +30,8 @@ void check_device_pointer(const void* ptr, const char* name) {
 
 void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream) {
   MXQ_CHECK(offs_device != nullptr, "mxq: offs is null");
-  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "mxq: num_groups must be in [1, ", kMaxGroups,
-            "], got num_groups=", num_groups);
+  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "mxq: num_groups must be in [1, ",
+            kMaxGroups, "], got num_groups=", num_groups);
   detail::check_device_pointer(offs_device, "offs");
   std::vector<int32_t> offs(static_cast<size_t>(num_groups));
   MXQ_CHECK_CUDA(cudaMemcpyAsync(offs.data(), offs_device, offs.size() * sizeof(int32_t),
@@ -39,8 +40,9 @@ void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cu
   int64_t prev = 0;
   for (int64_t g = 0; g < num_groups; ++g) {
     const int64_t end = offs[static_cast<size_t>(g)];
-    MXQ_CHECK(end >= prev, "mxq: offs must be non-decreasing and non-negative, got offs[", g, "]=", end,
-              g > 0 ? " after " : " (negative)", g > 0 ? std::to_string(prev) : std::string());
+    MXQ_CHECK(end >= prev, "mxq: offs must be non-decreasing and non-negative, got offs[", g,
+              "]=", end, g > 0 ? " after " : " (negative)",
+              g > 0 ? std::to_string(prev) : std::string());
     MXQ_CHECK(end <= M, "mxq: offs must not exceed M=", M, ", got offs[", g, "]=", end);
     MXQ_CHECK(end % kGroupAlign == 0, "mxq: group boundaries must be multiples of ", kGroupAlign,
               ", got offs[", g, "]=", end);
@@ -51,7 +53,8 @@ void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cu
 void check_status(const int32_t* status_device, cudaStream_t stream) {
   MXQ_CHECK(status_device != nullptr, "mxq: status is null");
   int32_t status = 0;
-  MXQ_CHECK_CUDA(cudaMemcpyAsync(&status, status_device, sizeof status, cudaMemcpyDeviceToHost, stream));
+  MXQ_CHECK_CUDA(
+      cudaMemcpyAsync(&status, status_device, sizeof status, cudaMemcpyDeviceToHost, stream));
   MXQ_CHECK_CUDA(cudaStreamSynchronize(stream));
   MXQ_CHECK(status == 0, "mxq: ", describe_status(status));
 }
@@ -77,7 +80,8 @@ std::string build_info() {
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver);
   os << "mxq " << MXQ_VERSION << ", CUDA runtime " << runtime / 1000 << "." << (runtime % 1000) / 10
-     << ", driver " << driver / 1000 << "." << (driver % 1000) / 10 << ", kernels for " << MXQ_CUDA_ARCHS;
+     << ", driver " << driver / 1000 << "." << (driver % 1000) / 10 << ", kernels for "
+     << MXQ_CUDA_ARCHS;
   return os.str();
 }
 

@@ -31,17 +31,18 @@ void check_x(const void* x, int64_t M, int64_t K, const Target& t) {
   check_dim("K", K, t);
   if (M == 0 || K == 0) return;
   check_ptr(x, "x", t);
-  MXQ_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0, "mxq: x must be 16-byte aligned, got address ", x);
+  MXQ_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0,
+            "mxq: x must be 16-byte aligned, got address ", x);
 }
 
 void check_groups(const int32_t* offs, int64_t num_groups, const Target& t) {
   if (offs == nullptr) {
-    MXQ_CHECK(num_groups == 0, "mxq: num_groups must be 0 when offs is absent, got num_groups=",
-              num_groups);
+    MXQ_CHECK(num_groups == 0,
+              "mxq: num_groups must be 0 when offs is absent, got num_groups=", num_groups);
     return;
   }
-  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "mxq: num_groups must be in [1, ", kMaxGroups,
-            "] when offs is given, got num_groups=", num_groups);
+  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "mxq: num_groups must be in [1, ",
+            kMaxGroups, "] when offs is given, got num_groups=", num_groups);
   check_ptr(offs, "offs", t, 4);
 }
 

@@ -1,5 +1,6 @@
-// Argument validation shared by the GPU entry points and the CPU reference (SPEC §9). Every check runs before
-// anything is launched or written and throws mxq::Error naming the argument and its value.
+// Argument validation shared by the GPU entry points and the CPU reference (SPEC §9). Every check
+// runs before anything is launched or written and throws mxq::Error naming the argument and its
+// value.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +24,8 @@ void validate(const SwizzleParams& p, const Target& t);
 void validate(const DualParams& p, const Target& t);
 void validate(const DequantizeParams& p, const Target& t);
 
-// Pointer residency check for the GPU path (implemented with the CUDA runtime; a no-op without CUDA).
+// Pointer residency check for the GPU path (implemented with the CUDA runtime; a no-op without
+// CUDA).
 void check_device_pointer(const void* ptr, const char* name);
 
 }  // namespace mxq::detail

@@ -1,5 +1,6 @@
-// Device helpers shared by the kernel families: launch checks, packed block math, and the resolution of
-// device-side group offsets (grouped / MoE mode) that every grouped kernel performs the same way.
+// Device helpers shared by the kernel families: launch checks, packed block math, and the
+// resolution of device-side group offsets (grouped / MoE mode) that every grouped kernel performs
+// the same way.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,15 +20,17 @@ constexpr uint32_t kNanWord = 0x7F7F7F7Fu;  // four e4m3 NaN bytes
 
 // ---- packed block math ----
 
-// Scale byte, multiplier and NaN mask of one block from its amax (bf16 bits).
-// NOTES: a NaN/Inf block (s = 255) is written as 0x7F bytes through `nan` (all ones) with plain bit operations:
-// a conditional here becomes a branch around the conversion, and the compiler then recomputes r inside every
-// branch (measured: +160 instructions per thread in the colwise pass).
+// Scale byte, multiplier and NaN mask of one block from its amax (bf16 bits). NOTES: a NaN/Inf
+// block (s = 255) is written as 0x7F bytes through `nan` (all ones) with plain bit operations:
+// a conditional here becomes a branch around the conversion, and the compiler then recomputes r
+// inside every branch (measured: +160 instructions per thread in the colwise pass).
 struct BlockScale {
   uint8_t s;
   float r;
   uint32_t nan;
-  __device__ __forceinline__ uint32_t select(uint32_t q) const { return (q & ~nan) | (kNanWord & nan); }
+  __device__ __forceinline__ uint32_t select(uint32_t q) const {
+    return (q & ~nan) | (kNanWord & nan);
+  }
 };
 template <ScaleRounding kRule>
 __device__ __forceinline__ BlockScale block_scale(uint32_t amax_bits) {
@@ -44,7 +47,8 @@ __device__ __forceinline__ uint32_t quantize_words(uint32_t w0, uint32_t w1, flo
   return lo | (hi << 16);
 }
 
-// Four e4m3 bytes from the low (or high) bf16 halves of four words: one column of a packed column pair.
+// Four e4m3 bytes from the low (or high) bf16 halves of four words: one column of a packed column
+// pair.
 template <bool kHigh>
 __device__ __forceinline__ uint32_t quantize_column4(const uint32_t* w, float r) {
   auto value = [](uint32_t word) {
@@ -57,18 +61,19 @@ __device__ __forceinline__ uint32_t quantize_column4(const uint32_t* w, float r)
 
 // ---- grouped mode: device offsets ----
 //
-// NOTES: offs lives on the device, so it is checked there. Every kernel reads it through sanitized_offset():
-// clamped to [0, M] and rounded down to a multiple of kGroupAlign, and groups are taken as the running
-// maximum of those ends. A malformed offs therefore still describes in-bounds, 128-aligned, ordered groups —
-// nothing can be written outside the outputs — and the status word reports what was wrong.
+// NOTES: offs lives on the device, so it is checked there. Every kernel reads it through
+// sanitized_offset(): clamped to [0, M] and rounded down to a multiple of kGroupAlign, and groups
+// are taken as the running maximum of those ends. A malformed offs therefore still describes in-bounds, 128-aligned,
+// ordered groups — nothing can be written outside the outputs — and the status word reports what
+// was wrong.
 
 __device__ __forceinline__ int64_t sanitized_offset(int32_t v, int64_t M) {
   const int64_t clamped = v < 0 ? 0 : (v > M ? M : v);
   return clamped - clamped % kGroupAlign;
 }
 
-// The token range [begin, end) of the group holding rows [m0, m0 + kGroupAlign), found by one warp (all lanes
-// get the answer). end <= begin means the rows are the uncovered tail.
+// The token range [begin, end) of the group holding rows [m0, m0 + kGroupAlign), found by one warp
+// (all lanes get the answer). end <= begin means the rows are the uncovered tail.
 struct GroupSpan {
   int64_t begin;
   int64_t end;
@@ -93,15 +98,18 @@ __device__ __forceinline__ GroupSpan find_group_warp(const int32_t* offs, int nu
 }
 
 // The end of the last group (tokens covered by some group), by one warp.
-__device__ __forceinline__ int64_t covered_end_warp(const int32_t* offs, int num_groups, int64_t M) {
+__device__ __forceinline__ int64_t covered_end_warp(const int32_t* offs, int num_groups,
+                                                    int64_t M) {
   int64_t end = 0;
-  for (int g = threadIdx.x & 31; g < num_groups; g += 32) end = max(end, sanitized_offset(offs[g], M));
+  for (int g = threadIdx.x & 31; g < num_groups; g += 32)
+    end = max(end, sanitized_offset(offs[g], M));
   for (int d = 16; d > 0; d >>= 1) end = max(end, __shfl_xor_sync(0xFFFFFFFFu, end, d));
   return end;
 }
 
 // StatusBits describing offs, by one warp.
-__device__ __forceinline__ int32_t offs_status_warp(const int32_t* offs, int num_groups, int64_t M) {
+__device__ __forceinline__ int32_t offs_status_warp(const int32_t* offs, int num_groups,
+                                                    int64_t M) {
   int32_t status = 0;
   for (int g = threadIdx.x & 31; g < num_groups; g += 32) {
     const int32_t v = offs[g];
@@ -113,8 +121,8 @@ __device__ __forceinline__ int32_t offs_status_warp(const int32_t* offs, int num
   return __reduce_or_sync(0xFFFFFFFFu, status);
 }
 
-// The K-groups placement of the 128x4 scale atom for scale rows [k0, k0+128) and tokens [m0, m0+128) of the
-// group `span`: the byte offset of that atom in s_col.
+// The K-groups placement of the 128x4 scale atom for scale rows [k0, k0+128) and tokens [m0,
+// m0+128) of the group `span`: the byte offset of that atom in s_col.
 __device__ __forceinline__ int64_t kgroups_atom_offset(GroupSpan span, int64_t K, int64_t k0,
                                                        int64_t m0) {
   const KGroup group{span.begin / kBlock, (span.end - span.begin) / kBlock,
@@ -123,7 +131,8 @@ __device__ __forceinline__ int64_t kgroups_atom_offset(GroupSpan span, int64_t K
 }
 
 // Grouped kernels append zero-fill CTAs after their tile CTAs: CTA z of them zeroes the part of
-// [covered_end/32 * roundup(K,128), s_col bytes) inside its chunk, and zero-fill CTA 0 writes the status word.
+// [covered_end/32 * roundup(K,128), s_col bytes) inside its chunk, and zero-fill CTA 0 writes the
+// status word.
 constexpr int64_t kZeroChunk = 64 * 1024;
 __host__ __device__ constexpr int64_t zero_fill_ctas(int64_t M, int64_t K, int64_t num_groups) {
   return ceil_div(s_col_shape(M, K, num_groups).bytes(), kZeroChunk);

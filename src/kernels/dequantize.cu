@@ -1,9 +1,11 @@
-// Dequantization: e4m3 data (rows, cols) with blocked scales of (rows, cols/32), or the K-groups layout when
-// offs is given (cols are tokens) -> bf16 (rows, cols): out = bf16(e4m3(q) * 2^(s-127)) (numerics.h,
-// dequantize_element; docs/numerics.md). Tokens past the last group have no scales and dequantize to +0.
-// Used by the emulated MXFP8 GEMM below SM100 and by round-trip tests; not on the quantization hot path.
+// Dequantization: e4m3 data (rows, cols) with blocked scales of (rows, cols/32), or the K-groups
+// layout when offs is given (cols are tokens) -> bf16 (rows, cols): out = bf16(e4m3(q) * 2^(s-127))
+// (numerics.h, dequantize_element; docs/numerics.md). Tokens past the last group have no scales and
+// dequantize to +0. Used by the emulated MXFP8 GEMM below SM100 and by round-trip tests; not on the
+// quantization hot path.
 //
-// One CTA per 128x128 tile: each thread converts four 16-byte chunks (16 elements, half a block) into 32 bytes.
+// One CTA per 128x128 tile: each thread converts four 16-byte chunks (16 elements, half a block)
+// into 32 bytes.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -13,8 +15,8 @@ namespace mxq::kernels {
 
 struct DequantConfig {
   static constexpr int kThreads = 256;
-  static constexpr int kChunk = 16;                      // e4m3 per 16-byte load
-  static constexpr int kChunksPerRow = kTile / kChunk;   // 8
+  static constexpr int kChunk = 16;                                // e4m3 per 16-byte load
+  static constexpr int kChunksPerRow = kTile / kChunk;             // 8
   static constexpr int kLoads = kTile * kChunksPerRow / kThreads;  // 4
   static_assert(kBlock % kChunk == 0, "a chunk lies in one block");
 };
@@ -30,7 +32,8 @@ struct DequantKernelParams {
 };
 
 template <bool kGrouped>
-__global__ void __launch_bounds__(DequantConfig::kThreads) dequantize_kernel(const DequantKernelParams p) {
+__global__ void __launch_bounds__(DequantConfig::kThreads)
+    dequantize_kernel(const DequantKernelParams p) {
   const int64_t col_tiles = p.cols / kTile;
   const int64_t r0 = blockIdx.x / col_tiles * kTile;
   const int64_t c0 = blockIdx.x % col_tiles * kTile;
@@ -83,8 +86,14 @@ namespace mxq::detail {
 
 void launch_dequantize(const DequantizeParams& p) {
   using namespace kernels;
-  const DequantKernelParams k{p.q, p.scales, p.rows, p.cols, p.offs, static_cast<int>(p.num_groups),
-                              static_cast<uint16_t*>(p.out), p.status};
+  const DequantKernelParams k{p.q,
+                              p.scales,
+                              p.rows,
+                              p.cols,
+                              p.offs,
+                              static_cast<int>(p.num_groups),
+                              static_cast<uint16_t*>(p.out),
+                              p.status};
   const int64_t grid = (p.rows / kTile) * (p.cols / kTile);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "mxq: too many tiles for one launch: ", grid);
   auto kernel = p.offs != nullptr ? dequantize_kernel<true> : dequantize_kernel<false>;

@@ -8,7 +8,8 @@
 #include "launch.h"
 
 namespace mxq::kernels {
-// Present in every architecture this build targets; its attributes exist only if the device has code here.
+// Present in every architecture this build targets; its attributes exist only if the device has
+// code here.
 __global__ void probe_kernel() {}
 }  // namespace mxq::kernels
 
@@ -28,8 +29,9 @@ void require_supported_device() {
   cudaFuncAttributes attr{};
   const cudaError_t err = cudaFuncGetAttributes(&attr, kernels::probe_kernel);
   if (err != cudaSuccess) (void)cudaGetLastError();
-  MXQ_CHECK(err == cudaSuccess, "mxq: no kernel code for ", prop.name, " (compute capability ", prop.major,
-            ".", prop.minor, "); this build targets ", MXQ_CUDA_ARCHS, " (", cudaGetErrorString(err), ")");
+  MXQ_CHECK(err == cudaSuccess, "mxq: no kernel code for ", prop.name, " (compute capability ",
+            prop.major, ".", prop.minor, "); this build targets ", MXQ_CUDA_ARCHS, " (",
+            cudaGetErrorString(err), ")");
   verified.push_back(device);
 }
 

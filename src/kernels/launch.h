@@ -1,5 +1,5 @@
-// Kernel launchers behind the public API. Arguments are already validated (src/host/validate.cpp) and
-// non-empty; each launcher enqueues on p.stream and checks the launch.
+// Kernel launchers behind the public API. Arguments are already validated (src/host/validate.cpp)
+// and non-empty; each launcher enqueues on p.stream and checks the launch.
 #pragma once
 
 #include "mxq/mxq.h"

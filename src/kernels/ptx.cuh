@@ -1,6 +1,6 @@
-// The only file with inline PTX: one wrapper per instruction, each naming its PTX ISA section.
-// mxq compiles for sm_90a and sm_100a only; every wrapper here exists on both (sm_90 and later), and the host
-// refuses other devices before any launch (require_supported_device).
+// The only file with inline PTX: one wrapper per instruction, each naming its PTX ISA section. mxq
+// compiles for sm_90a and sm_100a only; every wrapper here exists on both (sm_90 and later), and
+// the host refuses other devices before any launch (require_supported_device).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,8 @@
 
 namespace mxq::ptx {
 
-// ld (9.7.9.8): 16-byte read-only global load that does not allocate in L1 (x is streamed exactly once).
+// ld (9.7.9.8): 16-byte read-only global load that does not allocate in L1 (x is streamed exactly
+// once).
 __device__ __forceinline__ uint4 ld_global_nc_v4(const void* ptr) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -31,17 +32,18 @@ __device__ __forceinline__ void st_global_v2(void* ptr, uint2 v) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(ptr), "r"(v.x), "r"(v.y) : "memory");
 }
 
-// max (9.7.3.10, packed u16x2, sm_90): lane-wise unsigned max of two 16-bit pairs. On sign-masked bf16 bits
-// this is the NaN-propagating |max| (numerics.h, bf16_abs_bits).
+// max (9.7.3.10, packed u16x2, sm_90): lane-wise unsigned max of two 16-bit pairs. On sign-masked
+// bf16 bits this is the NaN-propagating |max| (numerics.h, bf16_abs_bits).
 __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
   uint32_t d;
   asm("max.u16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
 
-// cvt (9.7.9.21): two fp32 -> two e4m3 bytes, round to nearest even, saturating finite values to +-448.
-// The low byte comes from `lo`, the high byte from `hi` (little-endian: lo is the lower address).
-// NaN blocks never reach here (the kernels write 0x7F for them), so the NaN encoding of cvt does not matter.
+// cvt (9.7.9.21): two fp32 -> two e4m3 bytes, round to nearest even, saturating finite values to
+// +-448. The low byte comes from `lo`, the high byte from `hi` (little-endian: lo is the lower
+// address). NaN blocks never reach here (the kernels write 0x7F for them), so the NaN encoding of
+// cvt does not matter.
 __device__ __forceinline__ uint16_t cvt_e4m3x2(float hi, float lo) {
   uint16_t d;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));

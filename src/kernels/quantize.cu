@@ -1,39 +1,50 @@
-// MXFP8 quantization kernels: rowwise 1x32, colwise 32x1 (transposed output) and the fused dual-axis kernel,
-// all one templated tile kernel (docs/numerics.md; SPEC §2-§8).
+// MXFP8 quantization kernels: rowwise 1x32, colwise 32x1 (transposed output) and the fused
+// dual-axis kernel, all one templated tile kernel (docs/numerics.md; SPEC §2-§8).
 //
 // x: bf16 (M, K) row-major. Outputs, each optional per variant:
 //   q_row (M, K) e4m3 and s_row in the blocked layout;
-//   q_col (K, M) e4m3, row k = column k of x, with S_col plain (K, M/32), blocked, or in the K-groups layout.
-// Rounding: RCEIL or FLOOR scale (numerics.h), e4m3 by cvt.rn.satfinite; blocks with NaN/Inf become all 0x7F.
+//   q_col (K, M) e4m3, row k = column k of x, with S_col plain (K, M/32), blocked, or in the
+//   K-groups layout.
+// Rounding: RCEIL or FLOOR scale (numerics.h), e4m3 by cvt.rn.satfinite; blocks with NaN/Inf become
+// all 0x7F.
 //
 // One CTA quantizes one 128x128 tile, which maps to exactly one 512-byte scale atom per axis.
-//   ---- load ----     coalesced 16-byte loads (a warp instruction reads two whole tile rows), 8 per thread:
-//                      32 KiB in flight per CTA, 4 CTAs per SM; staged in shared memory (16-byte chunks
-//                      XOR-swizzled per row so that every access pattern below is conflict-free).
-//   ---- rowwise ----  a thread quantizes two whole 1x32 blocks (amax, scale, convert; no shuffles), then swaps
-//                      half a block with its neighbour lane so that every 16-byte store completes a 32-byte sector.
-//   ---- colwise ----  each thread reads one column pair of one 32-row block as packed words, converts, and
-//                      writes 2x32 bytes into a transposed shared tile that the CTA stores as whole 128-byte rows
-//                      of q_col.
+//   ---- load ----     coalesced 16-byte loads (a warp instruction reads two whole tile rows), 8
+//                      per thread: 32 KiB in flight per CTA, 4 CTAs per SM; staged in shared memory
+//                      (16-byte chunks XOR-swizzled per row so that every access pattern below is
+//                      conflict-free).
+//   ---- rowwise ----  a thread quantizes two whole 1x32 blocks (amax, scale, convert; no
+//                      shuffles), then swaps half a block with its neighbour lane so that every
+//                      16-byte store completes a 32-byte sector.
+//   ---- colwise ----  each thread reads one column pair of one 32-row block as packed words,
+//                      converts, and writes 2x32 bytes into a transposed shared tile that the CTA
+//                      stores as whole 128-byte rows of q_col.
 // NOTES:
-// - The kernel is issue-bound as much as memory-bound (ncu, 32768x7168: 0.51 warp-instructions per cycle per
-//   scheduler, DRAM 65%), so per-element instruction count is what the layout choices above minimise.
-// - Rejected: 4 lanes per rowwise block (8 values per lane, amax by 2 shuffles): every lane recomputed the scale
-//   and the shuffles serialised the block; owning whole blocks halves the rowwise instructions.
-// - Rejected: each thread loading its own two blocks straight from global memory (4 x 16 bytes 64 bytes apart per
-//   lane): every load instruction then half-fills 32 sectors, doubling L2->SM traffic; fused fell from 3.2 to
-//   2.2 TB/s. Loads stay coalesced and the blocks are re-read from the staged tile.
-// - Rejected: 256x128 tiles (512 threads, 2 CTAs per SM) so that each q_col row segment is 256 contiguous bytes:
-//   fused 3.37 vs 3.36 TB/s at 131072x7168 and 2.96 vs 3.11 at 8192x2048 (the colwise-only kernel lost 3-9%).
-// - Rejected: 4 columns x 16 rows per colwise thread (8-byte shared loads, amax joined by one shuffle) to relieve
-//   the MIO queue (ncu's top stall): no gain (3.31 vs 3.35 TB/s), more scale computations per thread.
-// - Rejected: other CTA orders over the tiles (M fastest; 8- or 32-tile-row bands): 1-4% slower than K fastest.
-// - Rejected: storing q_col straight from registers (each lane its own output row): uncoalesced, 52-69% of the
-//   copy roof in the access-pattern probe (shared/anchors); staging makes every store a full 128-byte line.
-// - Rejected: a persistent grid streaming tiles through 2-3 shared-memory stages with bulk copies (one
-//   cp.async.bulk per 256-byte tile row, mbarrier completion): the stages cost occupancy (2 or 1 CTAs per SM)
-//   and the kernel is latency-bound in its convert phase, so it ran at 2.4 TB/s (2 stages) and 1.45 TB/s
-//   (3 stages) against 3.2 TB/s for this design (H200, 131072x7168, fused).
+// - The kernel is issue-bound as much as memory-bound (ncu, 32768x7168: 0.51 warp-instructions per
+//   cycle per scheduler, DRAM 65%), so per-element instruction count is what the layout choices
+//   above minimise.
+// - Rejected: 4 lanes per rowwise block (8 values per lane, amax by 2 shuffles): every lane
+//   recomputed the scale and the shuffles serialised the block; owning whole blocks halves the
+//   rowwise instructions.
+// - Rejected: each thread loading its own two blocks straight from global memory (4 x 16 bytes 64
+//   bytes apart per lane): every load instruction then half-fills 32 sectors, doubling L2->SM
+//   traffic; fused fell from 3.2 to 2.2 TB/s. Loads stay coalesced and the blocks are re-read from
+//   the staged tile.
+// - Rejected: 256x128 tiles (512 threads, 2 CTAs per SM) so that each q_col row segment is 256
+//   contiguous bytes: fused 3.37 vs 3.36 TB/s at 131072x7168 and 2.96 vs 3.11 at 8192x2048 (the
+//   colwise-only kernel lost 3-9%).
+// - Rejected: 4 columns x 16 rows per colwise thread (8-byte shared loads, amax joined by one
+//   shuffle) to relieve the MIO queue (ncu's top stall): no gain (3.31 vs 3.35 TB/s), more scale
+//   computations per thread.
+// - Rejected: other CTA orders over the tiles (M fastest; 8- or 32-tile-row bands): 1-4% slower
+//   than K fastest.
+// - Rejected: storing q_col straight from registers (each lane its own output row): uncoalesced,
+//   52-69% of the copy roof in the access-pattern probe (shared/anchors); staging makes every store
+//   a full 128-byte line.
+// - Rejected: a persistent grid streaming tiles through 2-3 shared-memory stages with bulk copies
+//   (one cp.async.bulk per 256-byte tile row, mbarrier completion): the stages cost occupancy (2 or
+//   1 CTAs per SM) and the kernel is latency-bound in its convert phase, so it ran at 2.4 TB/s (2
+//   stages) and 1.45 TB/s (3 stages) against 3.2 TB/s for this design (H200, 131072x7168, fused).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -47,33 +58,39 @@ enum class ColScales { kNone, kPlain, kBlocked, kKGroups };
 struct Config {
   static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kChunk = 8;                             // bf16 per 16-byte load
-  static constexpr int kChunksPerRow = kTile / kChunk;         // 16
+  static constexpr int kChunk = 8;                                 // bf16 per 16-byte load
+  static constexpr int kChunksPerRow = kTile / kChunk;             // 16
   static constexpr int kLoads = kTile * kChunksPerRow / kThreads;  // 8 loads per thread
-  static constexpr int kChunksPerBlock = kBlock / kChunk;      // 4
-  static constexpr int kBlocksPerRow = kTile / kBlock;         // 4
+  static constexpr int kChunksPerBlock = kBlock / kChunk;          // 4
+  static constexpr int kBlocksPerRow = kTile / kBlock;             // 4
   static constexpr int kRowBlocksPerThread = kTile * kBlocksPerRow / kThreads;  // 2
-  static constexpr int kRowsPerWarp = kTile / kWarps;          // 16
-  static constexpr int kColPairs = kTile / 2;                  // 64 packed column pairs
-  static constexpr int kColBlocks = kTile / kBlock;            // 4 32-row blocks per tile
+  static constexpr int kRowsPerWarp = kTile / kWarps;                           // 16
+  static constexpr int kColPairs = kTile / 2;        // 64 packed column pairs
+  static constexpr int kColBlocks = kTile / kBlock;  // 4 32-row blocks per tile
   static constexpr int kMinBlocksPerSm = 4;
   static_assert(kThreads % 32 == 0, "threads must be whole warps");
   static_assert(kTile % kBlock == 0, "tile must hold whole blocks");
   static_assert(kRowsPerWarp * kBlocksPerRow == 32 * kRowBlocksPerThread,
                 "a warp owns 16 rows: lane l takes blocks l and l+32 of them");
-  static_assert(kBlocksPerRow % 2 == 0, "neighbour lanes pair up on adjacent blocks for full-sector stores");
-  static_assert(kThreads == kColPairs * kColBlocks, "one colwise work item (column pair x block) per thread");
-  static_assert(kTile / kBlock == kAtomCols && kTile == kAtomRows, "a tile maps to one 128x4 scale atom");
+  static_assert(kBlocksPerRow % 2 == 0,
+                "neighbour lanes pair up on adjacent blocks for full-sector stores");
+  static_assert(kThreads == kColPairs * kColBlocks,
+                "one colwise work item (column pair x block) per thread");
+  static_assert(kTile / kBlock == kAtomCols && kTile == kAtomRows,
+                "a tile maps to one 128x4 scale atom");
 };
 
 struct alignas(16) SharedStorage {
-  alignas(16) uint4 tile[kTile][kTile / 8];           // bf16 tile, [row][16-byte chunk, tile_chunk()] (32 KiB)
-  alignas(16) uint4 q_col[kTile][kTile / 16];         // transposed e4m3, [k][16-byte chunk, swizzled] (16 KiB)
-  alignas(16) uint8_t row_atom[kAtomBytes];           // s_row atom of this tile
-  alignas(16) uint8_t col_atom[kAtomBytes];           // s_col atom (blocked layouts) or [k][block] (plain)
-  GroupSpan span;                                     // K-groups: the tile's group, tokens
+  alignas(
+      16) uint4 tile[kTile][kTile / 8];  // bf16 tile, [row][16-byte chunk, tile_chunk()] (32 KiB)
+  alignas(
+      16) uint4 q_col[kTile][kTile / 16];  // transposed e4m3, [k][16-byte chunk, swizzled] (16 KiB)
+  alignas(16) uint8_t row_atom[kAtomBytes];  // s_row atom of this tile
+  alignas(16) uint8_t col_atom[kAtomBytes];  // s_col atom (blocked layouts) or [k][block] (plain)
+  GroupSpan span;                            // K-groups: the tile's group, tokens
 };
-static_assert(sizeof(SharedStorage) * Config::kMinBlocksPerSm <= 227 * 1024, "4 CTAs must fit one SM");
+static_assert(sizeof(SharedStorage) * Config::kMinBlocksPerSm <= 227 * 1024,
+              "4 CTAs must fit one SM");
 
 struct TileParams {
   const uint16_t* x;
@@ -88,22 +105,26 @@ struct TileParams {
   int64_t tiles;  // CTAs past this zero-fill the K-groups slack
 };
 
-// Physical 16-byte chunk of logical chunk c (0..15) in row `row` of the staged bf16 tile. The rowwise stage
-// writes, per 8-lane store phase, rows r and r+1 at chunks 4*blk+i (blk 0..3): XOR-ing 2*(row&1) + c/8 into
-// the low bits spreads them over 8 bank groups; the colwise stage reads 8 consecutive chunks of one row, which
-// any XOR within the row keeps distinct.
-__device__ __forceinline__ int tile_chunk(int row, int c) { return c ^ ((2 * (row & 1) + (c >> 3)) & 7); }
+// Physical 16-byte chunk of logical chunk c (0..15) in row `row` of the staged bf16 tile. The
+// rowwise stage writes, per 8-lane store phase, rows r and r+1 at chunks 4*blk+i (blk 0..3):
+// XOR-ing 2*(row&1) + c/8 into the low bits spreads them over 8 bank groups; the colwise stage
+// reads 8 consecutive chunks of one row, which any XOR within the row keeps distinct.
+__device__ __forceinline__ int tile_chunk(int row, int c) {
+  return c ^ ((2 * (row & 1) + (c >> 3)) & 7);
+}
 
-// Chunk j of transposed row k of the staged q_col tile, swizzled so that the 8 lanes of a 16-byte store phase,
-// which write rows k = 2*lane (+1), hit 8 different bank groups.
+// Chunk j of transposed row k of the staged q_col tile, swizzled so that the 8 lanes of a 16-byte
+// store phase, which write rows k = 2*lane (+1), hit 8 different bank groups.
 __device__ __forceinline__ int q_col_chunk(int k, int j) { return j ^ ((k >> 1) & 7); }
 
 // ---- the three phases of a tile ----
 
-// Rowwise: one whole 1x32 block v[0..3] per thread. Lanes 2i and 2i+1 hold adjacent blocks of one row and
-// exchange half a block, so each of the two 16-byte stores of the pair completes one 32-byte sector.
+// Rowwise: one whole 1x32 block v[0..3] per thread. Lanes 2i and 2i+1 hold adjacent blocks of one
+// row and exchange half a block, so each of the two 16-byte stores of the pair completes one
+// 32-byte sector.
 template <ScaleRounding kRule>
-__device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock], uint8_t* q_pair) {
+__device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
+                                                 uint8_t* q_pair) {
   uint32_t m2 = 0;
 #pragma unroll
   for (int i = 0; i < Config::kChunksPerBlock; ++i) {
@@ -119,8 +140,8 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
                       bs.select(quantize_words(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
                       bs.select(quantize_words(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
   }
-  // Even lane: stores its first half and, one block on, its neighbour's first half. Odd lane: its neighbour's
-  // second half, then its own second half.
+  // Even lane: stores its first half and, one block on, its neighbour's first half. Odd lane: its
+  // neighbour's second half, then its own second half.
   const bool odd = threadIdx.x & 1;
   const uint4 send = odd ? q[0] : q[1];
   uint4 recv;
@@ -133,11 +154,12 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
   return bs.s;
 }
 
-// Colwise: this thread's column pair of one 32-row block, read from the staged bf16 tile, converted into the
-// transposed q_col tile and the colwise scale staging (atom layout, or [k][block] for plain scales).
+// Colwise: this thread's column pair of one 32-row block, read from the staged bf16 tile, converted
+// into the transposed q_col tile and the colwise scale staging (atom layout, or [k][block] for
+// plain scales).
 template <ColScales kCol, ScaleRounding kRule>
-__device__ __forceinline__ void colwise_pair(const uint4 (*tile)[kTile / 8], uint4 (*q_col)[kTile / 16],
-                                             uint8_t* col_atom) {
+__device__ __forceinline__ void colwise_pair(const uint4 (*tile)[kTile / 8],
+                                             uint4 (*q_col)[kTile / 16], uint8_t* col_atom) {
   const int pair = threadIdx.x % Config::kColPairs;
   const int blk = threadIdx.x / Config::kColPairs;
   uint32_t w[kBlock];
@@ -188,7 +210,8 @@ __device__ __forceinline__ void store_staged(const TileParams& p, int64_t m0, in
       const int idx = i * Config::kThreads + tid;
       const int kr = idx / (kTile / 16);
       const int j = idx % (kTile / 16);
-      ptx::st_global_v4(p.q_col + (k0 + kr) * p.M + m0 + j * 16, smem.q_col[kr][q_col_chunk(kr, j)]);
+      ptx::st_global_v4(p.q_col + (k0 + kr) * p.M + m0 + j * 16,
+                        smem.q_col[kr][q_col_chunk(kr, j)]);
     }
     if constexpr (kCol == ColScales::kPlain) {
       if (tid < kTile) {  // row k of S_col (K, M/32): this tile's 4 bytes, one aligned word
@@ -203,14 +226,16 @@ __device__ __forceinline__ void store_staged(const TileParams& p, int64_t m0, in
         atom = kgroups_atom_offset(smem.span, p.K, k0, m0);
       }
       if (atom >= 0) {
-        ptx::st_global_v4(p.s_col + atom + lane * 16, reinterpret_cast<const uint4*>(smem.col_atom)[lane]);
+        ptx::st_global_v4(p.s_col + atom + lane * 16,
+                          reinterpret_cast<const uint4*>(smem.col_atom)[lane]);
       }
     }
   }
   if constexpr (kRowwise) {
     if (warp == Config::kWarps - 1) {
       const int64_t atom = blocked_offset(m0, k0 / kBlock, p.K / kBlock);
-      ptx::st_global_v4(p.s_row + atom + lane * 16, reinterpret_cast<const uint4*>(smem.row_atom)[lane]);
+      ptx::st_global_v4(p.s_row + atom + lane * 16,
+                        reinterpret_cast<const uint4*>(smem.row_atom)[lane]);
     }
   }
 }
@@ -234,9 +259,11 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   const int64_t m0 = blockIdx.x / k_tiles * kTile;
   const int64_t k0 = blockIdx.x % k_tiles * kTile;
 
-  // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows; warp w loads exactly the
-  // 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the rowwise pass needs only
-  // __syncwarp and runs while other warps still wait for their loads. Every chunk also goes to the staged tile.
+  // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows; warp w loads
+  //                exactly the
+  // 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the rowwise pass
+  // needs only __syncwarp and runs while other warps still wait for their loads. Every chunk also
+  // goes to the staged tile.
   const int chunk = lane % Config::kChunksPerRow;
   const int row0 = warp * Config::kRowsPerWarp + lane / Config::kChunksPerRow;
   constexpr int kLoadStep = 32 / Config::kChunksPerRow;  // 2 rows per warp instruction
@@ -256,13 +283,16 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     smem.tile[row][tile_chunk(row, chunk)] = v[i];
   }
   __syncwarp();
-  // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block b is row
+  // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block b
+  //                   is row
   // 16w + b/4, columns 32*(b%4)..
   if constexpr (kRowwise) {
     const int blk = lane % Config::kBlocksPerRow;
-    const int row = warp * Config::kRowsPerWarp + lane / Config::kBlocksPerRow;  // + 8 for the second block
-    constexpr int kRowStep = 32 / Config::kBlocksPerRow;                          // 8
-    // The pair's two adjacent blocks start at the even lane's block; this lane stores 16 bytes into each.
+    const int row =
+        warp * Config::kRowsPerWarp + lane / Config::kBlocksPerRow;  // + 8 for the second block
+    constexpr int kRowStep = 32 / Config::kBlocksPerRow;             // 8
+    // The pair's two adjacent blocks start at the even lane's block; this lane stores 16 bytes into
+    // each.
     uint8_t* q_pair = p.q_row + (m0 + row) * p.K + k0 + (blk & ~1) * kBlock + (lane & 1) * 16;
     // row % 32 < 24 and the second block is 8 rows on: its atom offset is the first one's + 8 * 16.
     const unsigned atom = atom_offset<unsigned>(row, blk);
@@ -274,7 +304,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       for (int i = 0; i < Config::kChunksPerBlock; ++i) {
         b[i] = smem.tile[r][tile_chunk(r, blk * Config::kChunksPerBlock + i)];
       }
-      smem.row_atom[atom + j * kRowStep * 16] = rowwise_block<kRule>(b, q_pair + j * kRowStep * p.K);
+      smem.row_atom[atom + j * kRowStep * 16] =
+          rowwise_block<kRule>(b, q_pair + j * kRowStep * p.K);
     }
   }
   __syncthreads();
@@ -291,7 +322,8 @@ template <bool kRowwise, ColScales kCol, ScaleRounding kRule>
 void launch_rule(const TileParams& params, cudaStream_t stream) {
   auto kernel = quantize_tile_kernel<kRowwise, kCol, kRule>;
   constexpr int smem_bytes = sizeof(SharedStorage);
-  MXQ_CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  MXQ_CHECK_CUDA(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   int64_t grid = params.tiles;
   if (kCol == ColScales::kKGroups) grid += zero_fill_ctas(params.M, params.K, params.num_groups);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "mxq: too many tiles for one launch: ", grid);

@@ -1,9 +1,10 @@
-// Colwise scale swizzle: plain S_col (K, M/32) -> the dense blocked layout, or the K-groups layout from device
-// offs with every byte after the last group's region zeroed (docs/numerics.md; SPEC §5-§6).
+// Colwise scale swizzle: plain S_col (K, M/32) -> the dense blocked layout, or the K-groups layout
+// from device offs with every byte after the last group's region zeroed (docs/numerics.md; SPEC
+// §5-§6).
 //
-// One warp moves one 128x4 atom: lane l holds rows l, l+32, l+64, l+96 of the atom (one 4-byte word each, the
-// atom's 4 scale columns), which are exactly the 16 bytes at l*16 of the blocked atom, so the store of a warp is
-// one contiguous 512-byte line group.
+// One warp moves one 128x4 atom: lane l holds rows l, l+32, l+64, l+96 of the atom (one 4-byte word
+// each, the atom's 4 scale columns), which are exactly the 16 bytes at l*16 of the blocked atom, so
+// the store of a warp is one contiguous 512-byte line group.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -29,7 +30,8 @@ struct SwizzleKernelParams {
 };
 
 template <bool kGrouped>
-__global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_kernel(const SwizzleKernelParams p) {
+__global__ void __launch_bounds__(SwizzleConfig::kThreads)
+    swizzle_kernel(const SwizzleKernelParams p) {
   if constexpr (kGrouped) {
     if (blockIdx.x >= p.atom_ctas) {
       zero_fill_slack(p.s_col, p.offs, p.num_groups, p.M, p.K, blockIdx.x - p.atom_ctas, p.status);
@@ -49,7 +51,8 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_kernel(const 
   uint32_t* words = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    words[i] = *reinterpret_cast<const uint32_t*>(p.s_plain + (k0 + lane + 32 * i) * cols + m0 / kBlock);
+    words[i] =
+        *reinterpret_cast<const uint32_t*>(p.s_plain + (k0 + lane + 32 * i) * cols + m0 / kBlock);
   }
   // ---- place ----
   int64_t dst = blocked_offset(k0, m0 / kBlock, cols);
@@ -68,8 +71,8 @@ namespace mxq::detail {
 
 void launch_swizzle_col_scales(const SwizzleParams& p) {
   using namespace kernels;
-  SwizzleKernelParams k{p.s_col_plain, p.M, p.K, p.offs, static_cast<int>(p.num_groups), p.s_col, p.status,
-                        0, 0};
+  SwizzleKernelParams k{p.s_col_plain, p.M,      p.K, p.offs, static_cast<int>(p.num_groups),
+                        p.s_col,       p.status, 0,   0};
   k.atoms = (p.M / kTile) * (p.K / kAtomRows);
   k.atom_ctas = ceil_div(k.atoms, SwizzleConfig::kAtomsPerCta);
   const bool grouped = p.offs != nullptr;

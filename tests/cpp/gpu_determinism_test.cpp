@@ -1,10 +1,13 @@
-// SPEC §7: identical bytes across repeated launches, streams and CUDA-graph replays; work only on the caller's
-// stream (capturable, no synchronization inside an op). Every run is also compared with the CPU reference, so a
-// kernel is never only compared with itself.
-//   GpuDeterminism  repeated launches with a different poison each time (an unwritten byte cannot hide)
-//   GpuStreams      legacy default, per-thread default and non-blocking streams; two problems in flight at once
-//   GpuGraph        capture on a non-blocking stream (global capture mode), kernel nodes present, nothing run
-//                   during capture, 3 replays with the outputs re-poisoned outside the graph
+// SPEC §7: identical bytes across repeated launches, streams and CUDA-graph replays; work only on
+// the caller's stream (capturable, no synchronization inside an op). Every run is also compared
+// with the CPU reference, so a kernel is never only compared with itself.
+//   GpuDeterminism  repeated launches with a different poison each time (an unwritten byte cannot
+//   hide)
+//   GpuStreams      legacy default, per-thread default and non-blocking streams; two problems in
+//   flight at once
+//   GpuGraph        capture on a non-blocking stream (global capture mode), kernel nodes present,
+//                   nothing run during capture, 3 replays with the outputs re-poisoned outside the
+//                   graph
 #include <tuple>
 
 #include "gpu_util.h"
@@ -33,21 +36,24 @@ Case make_case(int64_t M, int64_t K, bool grouped, ScaleRounding r, uint64_t see
 }
 
 // Same outputs of `path`, raw bytes (got vs an earlier run).
-void expect_same_outputs(const HostOutputs& a, const HostOutputs& b, Path path, const std::string& label) {
-  EXPECT_TRUE(a.q_row == b.q_row && a.s_row == b.s_row && a.q_col == b.q_col && a.s_col == b.s_col &&
-              a.s_col_plain == b.s_col_plain && a.status == b.status)
+void expect_same_outputs(const HostOutputs& a, const HostOutputs& b, Path path,
+                         const std::string& label) {
+  EXPECT_TRUE(a.q_row == b.q_row && a.s_row == b.s_row && a.q_col == b.q_col &&
+              a.s_col == b.s_col && a.s_col_plain == b.s_col_plain && a.status == b.status)
       << path_name(path) << ": " << label << " differs from the first run";
 }
 
 using PathGrouped = std::tuple<Path, bool>;
 std::string path_grouped_name(const ::testing::TestParamInfo<PathGrouped>& info) {
-  return std::string(path_name(std::get<0>(info.param))) + (std::get<1>(info.param) ? "_grouped" : "_dense");
+  return std::string(path_name(std::get<0>(info.param))) +
+         (std::get<1>(info.param) ? "_grouped" : "_dense");
 }
-const auto kPathGroupedValues = ::testing::Values(
-    PathGrouped{Path::kRowwise, false}, PathGrouped{Path::kColwise, false}, PathGrouped{Path::kFused, false},
-    PathGrouped{Path::kComposed, false}, PathGrouped{Path::kFused, true}, PathGrouped{Path::kComposed, true});
+const auto kPathGroupedValues =
+    ::testing::Values(PathGrouped{Path::kRowwise, false}, PathGrouped{Path::kColwise, false},
+                      PathGrouped{Path::kFused, false}, PathGrouped{Path::kComposed, false},
+                      PathGrouped{Path::kFused, true}, PathGrouped{Path::kComposed, true});
 
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 class GpuDeterminism : public GpuTestWithParam<PathGrouped> {};
 
 TEST_P(GpuDeterminism, RepeatedLaunchesIdentical) {
@@ -60,20 +66,25 @@ TEST_P(GpuDeterminism, RepeatedLaunchesIdentical) {
   expect_matches_reference(first, c.want, path, c.M, c.K, int64_t(c.offs.size()));
   for (size_t i = 1; i < std::size(kPoisons); ++i) {
     const HostOutputs again = dev.run(path, ScaleRounding::kRceil, kPoisons[i]);
-    expect_same_outputs(again, first, path, "launch " + std::to_string(i) + " over poison " + hex_byte(kPoisons[i]));
+    expect_same_outputs(again, first, path,
+                        "launch " + std::to_string(i) + " over poison " + hex_byte(kPoisons[i]));
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, GpuDeterminism, kPathGroupedValues, path_grouped_name);
 
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 enum class StreamKind { kLegacyDefault, kPerThreadDefault, kBlocking, kNonBlocking };
 const char* stream_kind_name(StreamKind k) {
   switch (k) {
-    case StreamKind::kLegacyDefault: return "legacy_default";
-    case StreamKind::kPerThreadDefault: return "per_thread_default";
-    case StreamKind::kBlocking: return "blocking";
-    case StreamKind::kNonBlocking: return "non_blocking";
+    case StreamKind::kLegacyDefault:
+      return "legacy_default";
+    case StreamKind::kPerThreadDefault:
+      return "per_thread_default";
+    case StreamKind::kBlocking:
+      return "blocking";
+    case StreamKind::kNonBlocking:
+      return "non_blocking";
   }
   return "?";
 }
@@ -85,8 +96,8 @@ class GpuStreams : public GpuTestWithParam<StreamParam> {};
 
 TEST_P(GpuStreams, MatchesReference) {
   const auto [kind, path] = GetParam();
-  const Case c =
-      make_case(512, 1024, path == Path::kFused || path == Path::kComposed, ScaleRounding::kFloor, test_seed());
+  const Case c = make_case(512, 1024, path == Path::kFused || path == Path::kComposed,
+                           ScaleRounding::kFloor, test_seed());
   Stream blocking(false), non_blocking(true);
   cudaStream_t s = nullptr;
   if (kind == StreamKind::kPerThreadDefault) s = cudaStreamPerThread;
@@ -94,20 +105,23 @@ TEST_P(GpuStreams, MatchesReference) {
   if (kind == StreamKind::kNonBlocking) s = non_blocking.get();
   DeviceProblem dev(c.x, c.M, c.K, s);
   dev.set_offs(c.offs);
-  expect_matches_reference(dev.run(path, ScaleRounding::kFloor), c.want, path, c.M, c.K, int64_t(c.offs.size()));
+  expect_matches_reference(dev.run(path, ScaleRounding::kFloor), c.want, path, c.M, c.K,
+                           int64_t(c.offs.size()));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, GpuStreams,
-                         ::testing::Combine(::testing::Values(StreamKind::kLegacyDefault, StreamKind::kPerThreadDefault,
-                                                              StreamKind::kBlocking, StreamKind::kNonBlocking),
-                                            ::testing::Values(Path::kRowwise, Path::kColwise, Path::kFused,
-                                                              Path::kComposed)),
-                         [](const ::testing::TestParamInfo<StreamParam>& info) {
-                           return std::string(stream_kind_name(std::get<0>(info.param))) + "_" +
-                                  path_name(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, GpuStreams,
+    ::testing::Combine(::testing::Values(StreamKind::kLegacyDefault, StreamKind::kPerThreadDefault,
+                                         StreamKind::kBlocking, StreamKind::kNonBlocking),
+                       ::testing::Values(Path::kRowwise, Path::kColwise, Path::kFused,
+                                         Path::kComposed)),
+    [](const ::testing::TestParamInfo<StreamParam>& info) {
+      return std::string(stream_kind_name(std::get<0>(info.param))) + "_" +
+             path_name(std::get<1>(info.param));
+    });
 
-// Two problems of different shapes in flight on two streams at once (no shared scratch state between calls).
+// Two problems of different shapes in flight on two streams at once (no shared scratch state
+// between calls).
 class GpuConcurrent : public GpuTest {};
 
 TEST_F(GpuConcurrent, TwoStreamsInFlight) {
@@ -125,13 +139,14 @@ TEST_F(GpuConcurrent, TwoStreamsInFlight) {
       da.launch(path, ScaleRounding::kRceil);
       db.launch(path, ScaleRounding::kRceil);
       da.launch(path, ScaleRounding::kRceil);  // again while the other stream may still run
-      expect_matches_reference(da.collect(path), a.want, path, a.M, a.K, int64_t(a.offs.size()), "stream A");
+      expect_matches_reference(da.collect(path), a.want, path, a.M, a.K, int64_t(a.offs.size()),
+                               "stream A");
       expect_matches_reference(db.collect(path), b.want, path, b.M, b.K, 0, "stream B");
     }
   }
 }
 
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 struct Graph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -164,7 +179,8 @@ TEST_P(GpuGraph, CaptureAndReplayIdentical) {
   DeviceProblem dev(c.x, c.M, c.K, stream.get());
   dev.set_offs(c.offs);
   // Warm-up outside capture (module loading, one-time queries), as every graph user does.
-  expect_matches_reference(dev.run(path, r), c.want, path, c.M, c.K, int64_t(c.offs.size()), "warm-up");
+  expect_matches_reference(dev.run(path, r), c.want, path, c.M, c.K, int64_t(c.offs.size()),
+                           "warm-up");
   dev.poison();
   MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
 
@@ -179,7 +195,8 @@ TEST_P(GpuGraph, CaptureAndReplayIdentical) {
   }
   MXQ_TEST_CUDA(cudaStreamEndCapture(stream.get(), &g.graph));
   const int64_t kernels = g.kernel_nodes();
-  EXPECT_GE(kernels, 1) << "the captured graph has no kernel node: the op ignored the caller's stream";
+  EXPECT_GE(kernels, 1)
+      << "the captured graph has no kernel node: the op ignored the caller's stream";
   if (path == Path::kComposed) {
     EXPECT_GE(kernels, 3) << "the composed path is three kernels (SPEC §8)";
   }

@@ -1,8 +1,9 @@
-// GpuLargeShapes: the six SPEC §10 shapes, byte-exact against the CPU reference. One input per shape (normal with
-// the SPEC §4 blocks planted along rows and columns), the reference computed once, then compared with the fused,
-// composed, rowwise and colwise outputs (dense), and with fused and composed in grouped mode (G = 8 with empty
-// groups and a tail; the K-groups s_col from the reference swizzle of the reference plain scales).
-// Costly (131072x7168 bf16 is 1.9 GB): skip with --gtest_filter=-*GpuLargeShapes* (ctest: -E GpuLargeShapes).
+// GpuLargeShapes: the six SPEC §10 shapes, byte-exact against the CPU reference. One input per
+// shape (normal with the SPEC §4 blocks planted along rows and columns), the reference computed
+// once, then compared with the fused, composed, rowwise and colwise outputs (dense), and with fused
+// and composed in grouped mode (G = 8 with empty groups and a tail; the K-groups s_col from the
+// reference swizzle of the reference plain scales). Costly (131072x7168 bf16 is 1.9 GB): skip with
+// --gtest_filter=-*GpuLargeShapes* (ctest: -E GpuLargeShapes).
 #include "gpu_util.h"
 
 namespace mxq::test {
@@ -23,21 +24,27 @@ TEST_P(GpuLargeShapes, AllPathsMatchReference) {
 
   Stream stream;
   DeviceProblem dev(x, M, K, stream.get());
-  // Large outputs: guards are checked after every run; the "unowned outputs still poisoned" downloads are not.
+  // Large outputs: guards are checked after every run; the "unowned outputs still poisoned"
+  // downloads are not.
   for (Path path : {Path::kFused, Path::kComposed, Path::kRowwise, Path::kColwise}) {
-    expect_matches_reference(dev.run(path, r, kPoison, /*check_untouched=*/false), want, path, M, K, 0, "dense");
+    expect_matches_reference(dev.run(path, r, kPoison, /*check_untouched=*/false), want, path, M, K,
+                             0, "dense");
   }
   dev.set_offs(offs);
   std::swap(want.s_col, want_kgroups);  // q_row, s_row, q_col are those of dense mode (SPEC §6)
   for (Path path : {Path::kFused, Path::kComposed}) {
-    expect_matches_reference(dev.run(path, r, kPoison, /*check_untouched=*/false), want, path, M, K, 8, "grouped");
+    expect_matches_reference(dev.run(path, r, kPoison, /*check_untouched=*/false), want, path, M, K,
+                             8, "grouped");
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Spec10, GpuLargeShapes,
-                         ::testing::Values(Shape{8192, 2048}, Shape{8192, 7168}, Shape{32768, 2048}, Shape{32768, 7168},
-                                           Shape{131072, 2048}, Shape{131072, 7168}),
-                         [](const ::testing::TestParamInfo<Shape>& info) { return shape_name(info.param); });
+                         ::testing::Values(Shape{8192, 2048}, Shape{8192, 7168}, Shape{32768, 2048},
+                                           Shape{32768, 7168}, Shape{131072, 2048},
+                                           Shape{131072, 7168}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return shape_name(info.param);
+                         });
 
 }  // namespace
 }  // namespace mxq::test

@@ -1,7 +1,7 @@
-// Malformed device offs (SPEC §9: checked on the device): every grouped op must not throw (the offsets are not
-// read on the host), must not write outside its outputs (guard bands, x and offs unchanged, the context still
-// healthy), and must set the status word to the right StatusBits. mxq::validate_offs names the first bad
-// index and mxq::check_status throws.
+// Malformed device offs (SPEC §9: checked on the device): every grouped op must not throw (the
+// offsets are not read on the host), must not write outside its outputs (guard bands, x and offs
+// unchanged, the context still healthy), and must set the status word to the right StatusBits.
+// mxq::validate_offs names the first bad index and mxq::check_status throws.
 #include <climits>
 #include <tuple>
 
@@ -29,10 +29,16 @@ const std::vector<BadOffs>& bad_offs_cases() {
       {"int_min", {INT_MIN, 0, 0, 0}, kOffsDecreasing, "offs[0]=-2147483648"},
       {"beyond_m", {A, 2 * A, M + A, M + 2 * A}, kOffsBeyondM, "offs[2]=1152"},
       {"beyond_m_last", {0, A, 3 * A, M + A}, kOffsBeyondM, "offs[3]=1152"},
-      {"int_max", {A, INT_MAX, INT_MAX, INT_MAX}, kOffsBeyondM | kOffsMisaligned, "offs[1]=2147483647"},
+      {"int_max",
+       {A, INT_MAX, INT_MAX, INT_MAX},
+       kOffsBeyondM | kOffsMisaligned,
+       "offs[1]=2147483647"},
       {"misaligned_half", {A, A + A / 2, 3 * A, 4 * A}, kOffsMisaligned, "offs[1]=192"},
       {"misaligned_odd", {A, 2 * A + 1, 3 * A, 4 * A}, kOffsMisaligned, "offs[1]=257"},
-      {"all_three", {200, 100, M + 2 * A, M + 2 * A}, kOffsDecreasing | kOffsBeyondM | kOffsMisaligned, "offs[0]=200"},
+      {"all_three",
+       {200, 100, M + 2 * A, M + 2 * A},
+       kOffsDecreasing | kOffsBeyondM | kOffsMisaligned,
+       "offs[0]=200"},
   };
   return cases;
 }
@@ -40,10 +46,14 @@ const std::vector<BadOffs>& bad_offs_cases() {
 enum class GroupedOp { kFused, kComposed, kSwizzle, kDequantize };
 const char* op_name(GroupedOp op) {
   switch (op) {
-    case GroupedOp::kFused: return "fused";
-    case GroupedOp::kComposed: return "composed";
-    case GroupedOp::kSwizzle: return "swizzle";
-    case GroupedOp::kDequantize: return "dequantize";
+    case GroupedOp::kFused:
+      return "fused";
+    case GroupedOp::kComposed:
+      return "composed";
+    case GroupedOp::kSwizzle:
+      return "swizzle";
+    case GroupedOp::kDequantize:
+      return "dequantize";
   }
   return "?";
 }
@@ -57,8 +67,8 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
   return b;
 }
 
-// Runs `op` on the device with these (uploaded as-is) offs; returns the status word. Every EXPECT on
-// guards and untouched inputs happens here.
+// Runs `op` on the device with these (uploaded as-is) offs; returns the status word. Every EXPECT
+// on guards and untouched inputs happens here.
 int32_t run_grouped_op(GroupedOp op, const std::vector<int32_t>& offs, uint64_t seed) {
   Stream stream;
   const int64_t G = int64_t(offs.size());
@@ -68,16 +78,21 @@ int32_t run_grouped_op(GroupedOp op, const std::vector<int32_t>& offs, uint64_t 
     dev.set_offs(offs);
     const Path path = op == GroupedOp::kFused ? Path::kFused : Path::kComposed;
     dev.poison();
-    EXPECT_NO_THROW(dev.launch(path, ScaleRounding::kRceil)) << "offs are checked on the device, not the host";
+    EXPECT_NO_THROW(dev.launch(path, ScaleRounding::kRceil))
+        << "offs are checked on the device, not the host";
     return dev.collect(path).status;  // synchronizes, checks guards, x and offs unchanged
   }
-  // swizzle: plain S_col (K, M/32) -> s_col; dequantize: q_col (K, M) + K-groups s_col -> bf16 (K, M).
+  // swizzle: plain S_col (K, M/32) -> s_col; dequantize: q_col (K, M) + K-groups s_col -> bf16 (K,
+  // M).
   const bool swizzle = op == GroupedOp::kSwizzle;
-  const std::vector<uint8_t> in_a = random_bytes(size_t(swizzle ? s_col_plain_shape(kM, kK).bytes() : kK * kM), seed);
-  const std::vector<uint8_t> in_b = random_bytes(size_t(swizzle ? 0 : s_col_shape(kM, kK, G).bytes()), seed ^ 1);
+  const std::vector<uint8_t> in_a =
+      random_bytes(size_t(swizzle ? s_col_plain_shape(kM, kK).bytes() : kK * kM), seed);
+  const std::vector<uint8_t> in_b =
+      random_bytes(size_t(swizzle ? 0 : s_col_shape(kM, kK, G).bytes()), seed ^ 1);
   GuardedBuffer a(swizzle ? "s_col_plain" : "q", in_a.size()), b("scales", in_b.size());
   GuardedBuffer d_offs("offs", offs.size() * sizeof(int32_t)), status("status", sizeof(int32_t));
-  GuardedBuffer out(swizzle ? "s_col" : "out", size_t(swizzle ? s_col_shape(kM, kK, G).bytes() : kK * kM * 2));
+  GuardedBuffer out(swizzle ? "s_col" : "out",
+                    size_t(swizzle ? s_col_shape(kM, kK, G).bytes() : kK * kM * 2));
   a.upload(in_a.data(), stream.get());
   b.upload(in_b.data(), stream.get());
   d_offs.upload(offs.data(), stream.get());
@@ -108,7 +123,8 @@ int32_t run_grouped_op(GroupedOp op, const std::vector<int32_t>& offs, uint64_t 
     EXPECT_NO_THROW(dequantize(p)) << "offs are checked on the device, not the host";
   }
   MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
-  for (const GuardedBuffer* buf : {&a, &b, &d_offs, &status, &out}) EXPECT_TRUE(buf->guards_intact(stream.get()));
+  for (const GuardedBuffer* buf : {&a, &b, &d_offs, &status, &out})
+    EXPECT_TRUE(buf->guards_intact(stream.get()));
   EXPECT_TRUE(a.holds(in_a, stream.get()));
   EXPECT_TRUE(b.holds(in_b, stream.get()));
   EXPECT_TRUE(d_offs.holds(as_bytes(offs), stream.get()));
@@ -118,7 +134,7 @@ int32_t run_grouped_op(GroupedOp op, const std::vector<int32_t>& offs, uint64_t 
   return word;
 }
 
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 using MalformedParam = std::tuple<GroupedOp, size_t>;
 class GpuMalformedOffs : public GpuTestWithParam<MalformedParam> {};
 
@@ -127,23 +143,26 @@ TEST_P(GpuMalformedOffs, ReportedNeverWrittenOutside) {
   const BadOffs& bad = bad_offs_cases()[index];
   SCOPED_TRACE(std::string(op_name(op)) + " with offs " + offs_to_string(bad.offs));
   const int32_t status = run_grouped_op(op, bad.offs, test_seed());
-  EXPECT_EQ(status, bad.bits) << "status: " << describe_status(status) << "; expected " << describe_status(bad.bits);
+  EXPECT_EQ(status, bad.bits) << "status: " << describe_status(status) << "; expected "
+                              << describe_status(bad.bits);
   // The device is still healthy: no trap, no sticky error.
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
 }
 
 std::string malformed_name(const ::testing::TestParamInfo<MalformedParam>& info) {
-  return std::string(op_name(std::get<0>(info.param))) + "_" + bad_offs_cases()[std::get<1>(info.param)].name;
+  return std::string(op_name(std::get<0>(info.param))) + "_" +
+         bad_offs_cases()[std::get<1>(info.param)].name;
 }
 
-INSTANTIATE_TEST_SUITE_P(Offs, GpuMalformedOffs,
-                         ::testing::Combine(::testing::Values(GroupedOp::kFused, GroupedOp::kComposed,
-                                                              GroupedOp::kSwizzle, GroupedOp::kDequantize),
-                                            ::testing::Range<size_t>(0, bad_offs_cases().size())),
-                         malformed_name);
+INSTANTIATE_TEST_SUITE_P(
+    Offs, GpuMalformedOffs,
+    ::testing::Combine(::testing::Values(GroupedOp::kFused, GroupedOp::kComposed,
+                                         GroupedOp::kSwizzle, GroupedOp::kDequantize),
+                       ::testing::Range<size_t>(0, bad_offs_cases().size())),
+    malformed_name);
 
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 class GpuOffsCheckers : public GpuTestWithParam<size_t> {};
 
 TEST_P(GpuOffsCheckers, ValidateOffsNamesTheFirstBadEntry) {
@@ -178,12 +197,14 @@ TEST_P(GpuOffsCheckers, CheckStatusThrowsOnTheStatusAnOpWrote) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Offs, GpuOffsCheckers, ::testing::Range<size_t>(0, bad_offs_cases().size()),
+INSTANTIATE_TEST_SUITE_P(Offs, GpuOffsCheckers,
+                         ::testing::Range<size_t>(0, bad_offs_cases().size()),
                          [](const ::testing::TestParamInfo<size_t>& info) {
                            return std::string(bad_offs_cases()[info.param].name);
                          });
 
-// Well-formed offs: both checkers are silent, and every grouped op writes status 0 over a poisoned word.
+// Well-formed offs: both checkers are silent, and every grouped op writes status 0 over a poisoned
+// word.
 class GpuGoodOffs : public GpuTest {};
 
 TEST_F(GpuGoodOffs, StatusZeroAndCheckersSilent) {
@@ -195,7 +216,8 @@ TEST_F(GpuGoodOffs, StatusZeroAndCheckersSilent) {
                                                   make_offs(kM, 64, GroupFill::kTail, 7)};
   for (const auto& offs : good) {
     SCOPED_TRACE("offs " + offs_to_string(offs));
-    for (GroupedOp op : {GroupedOp::kFused, GroupedOp::kComposed, GroupedOp::kSwizzle, GroupedOp::kDequantize}) {
+    for (GroupedOp op :
+         {GroupedOp::kFused, GroupedOp::kComposed, GroupedOp::kSwizzle, GroupedOp::kDequantize}) {
       EXPECT_EQ(run_grouped_op(op, offs, test_seed(offs.size())), 0) << op_name(op);
     }
     Stream stream;
@@ -214,7 +236,8 @@ TEST_F(GpuGoodOffs, ValidateOffsRejectsBadArguments) {
   EXPECT_THROW(validate_offs(d_offs.as<int32_t>(), kMaxGroups + 1, kM, stream.get()), Error);
   EXPECT_THROW(validate_offs(nullptr, 2, kM, stream.get()), Error);
   EXPECT_THROW(validate_offs(offs.data(), 2, kM, stream.get()), Error) << "a host pointer for offs";
-  EXPECT_THROW(validate_offs(d_offs.as<int32_t>(), 2, 128, stream.get()), Error) << "offs[1]=256 > M=128";
+  EXPECT_THROW(validate_offs(d_offs.as<int32_t>(), 2, 128, stream.get()), Error)
+      << "offs[1]=256 > M=128";
   EXPECT_THROW(check_status(nullptr, stream.get()), Error);
 }
 

@@ -1,9 +1,12 @@
 // swizzle_col_scales and dequantize on the device, byte-exact against the CPU reference:
-//   GpuSwizzle     random plain S_col bytes -> dense blocked or K-groups (device offs): slack and tail zeroed,
-//                  also checked against the SPEC §5-§6 placement written out from layout.h
-//   GpuDequantize  rowwise (q_row + s_row), colwise (q_col (K, M) + dense s_col, and K-groups s_col + offs) on
-//                  random e4m3 and E8M0 bytes (NaN codes and scale 255 included), and every (q, s) pair
-// Inputs are random bytes, not quantizer outputs: every code, including ones a quantizer never writes.
+//   GpuSwizzle     random plain S_col bytes -> dense blocked or K-groups (device offs): slack and
+//                  tail zeroed, also checked against the SPEC §5-§6 placement written out from
+//                  layout.h
+//   GpuDequantize  rowwise (q_row + s_row), colwise (q_col (K, M) + dense s_col, and K-groups s_col
+//                  + offs) on random e4m3 and E8M0 bytes (NaN codes and scale 255 included), and
+//                  every (q, s) pair
+// Inputs are random bytes, not quantizer outputs: every code, including ones a quantizer never
+// writes.
 #include <tuple>
 
 #include "gpu_util.h"
@@ -17,7 +20,8 @@ struct Grouping {
   GroupFill fill;
 };
 std::string grouping_name(const Grouping& g) {
-  return g.G == 0 ? std::string("dense") : "G" + std::to_string(g.G) + "_" + group_fill_name(g.fill);
+  return g.G == 0 ? std::string("dense")
+                  : "G" + std::to_string(g.G) + "_" + group_fill_name(g.fill);
 }
 void PrintTo(const Grouping& g, std::ostream* os) { *os << grouping_name(g); }
 const Grouping kGroupings[] = {{0, GroupFill::kFull},  {1, GroupFill::kTail}, {1, GroupFill::kFull},
@@ -34,9 +38,9 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
   return b;
 }
 
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 // GpuSwizzle
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 using SwizzleParam = std::tuple<Shape, Grouping>;
 class GpuSwizzle : public GpuTestWithParam<SwizzleParam> {};
 
@@ -44,14 +48,16 @@ TEST_P(GpuSwizzle, MatchesReference) {
   const auto [shape, grouping] = GetParam();
   const int64_t M = shape.M, K = shape.K, G = grouping.G;
   const uint64_t seed = test_seed();
-  const std::vector<int32_t> offs = G ? make_offs(M, G, grouping.fill, seed ^ 1) : std::vector<int32_t>{};
+  const std::vector<int32_t> offs =
+      G ? make_offs(M, G, grouping.fill, seed ^ 1) : std::vector<int32_t>{};
   SCOPED_TRACE("seed " + std::to_string(seed) + ", offs " + offs_to_string(offs));
   const std::vector<uint8_t> plain = random_bytes(size_t(s_col_plain_shape(M, K).bytes()), seed);
   const std::vector<uint8_t> want = reference_swizzle(plain, M, K, offs);
 
   Stream stream;
   GuardedBuffer d_plain("s_col_plain", plain.size()), d_offs("offs", offs.size() * sizeof(int32_t));
-  GuardedBuffer d_s_col("s_col", size_t(s_col_shape(M, K, G).bytes())), d_status("status", sizeof(int32_t));
+  GuardedBuffer d_s_col("s_col", size_t(s_col_shape(M, K, G).bytes())),
+      d_status("status", sizeof(int32_t));
   d_plain.upload(plain.data(), stream.get());
   d_offs.upload(offs.data(), stream.get());
   d_s_col.fill(kPoison, stream.get());
@@ -69,7 +75,8 @@ TEST_P(GpuSwizzle, MatchesReference) {
   swizzle_col_scales(p);
   MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
 
-  for (const GuardedBuffer* b : {&d_plain, &d_offs, &d_s_col, &d_status}) EXPECT_TRUE(b->guards_intact(stream.get()));
+  for (const GuardedBuffer* b : {&d_plain, &d_offs, &d_s_col, &d_status})
+    EXPECT_TRUE(b->guards_intact(stream.get()));
   EXPECT_TRUE(d_plain.holds(plain, stream.get()));
   const std::vector<uint8_t> got = d_s_col.download(stream.get());
   EXPECT_TRUE(same_bytes(got, want, s_col_shape(M, K, G).cols, "s_col"));
@@ -77,7 +84,8 @@ TEST_P(GpuSwizzle, MatchesReference) {
   if (G) {
     EXPECT_NO_THROW(check_status(d_status.as<int32_t>(), stream.get()));
   } else {
-    EXPECT_TRUE(d_status.all_bytes_are(kPoison, stream.get())) << "dense swizzle was given no status word";
+    EXPECT_TRUE(d_status.all_bytes_are(kPoison, stream.get()))
+        << "dense swizzle was given no status word";
   }
 }
 
@@ -86,20 +94,24 @@ std::string swizzle_name(const ::testing::TestParamInfo<SwizzleParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuSwizzle,
-                         ::testing::Combine(::testing::Values(Shape{128, 128}, Shape{256, 512}, Shape{1024, 384},
-                                                              Shape{512, 4096}, Shape{8192, 256}),
+                         ::testing::Combine(::testing::Values(Shape{128, 128}, Shape{256, 512},
+                                                              Shape{1024, 384}, Shape{512, 4096},
+                                                              Shape{8192, 256}),
                                             ::testing::ValuesIn(kGroupings)),
                          swizzle_name);
 
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 // GpuDequantize
-// ---------------------------------------------------------------------------------------------------------
+// ------------------------------------------------------------------------------------------------
 enum class DequantMode {
   kRowwise,  // q_row (M, K) with s_row: rows = M, cols = K
-  kColwise,  // q_col (K, M) with s_col (dense blocked, or K-groups with offs): rows = K, cols = M (tokens)
+  // q_col (K, M) with s_col (dense blocked, or K-groups with offs): rows = K, cols = M (tokens)
+  kColwise,
 };
 
-void PrintTo(DequantMode m, std::ostream* os) { *os << (m == DequantMode::kRowwise ? "rowwise" : "colwise"); }
+void PrintTo(DequantMode m, std::ostream* os) {
+  *os << (m == DequantMode::kRowwise ? "rowwise" : "colwise");
+}
 
 struct DequantCase {
   int64_t rows, cols;
@@ -139,8 +151,9 @@ void expect_dequantize_matches(const DequantCase& c, uint64_t seed) {
   dequantize(p);
   MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
 
-  SCOPED_TRACE("seed " + std::to_string(seed) + ", offs " + offs_to_string(c.offs) +
-               "; out coordinates are [row, byte] with byte = 2 * element column (+1 for the high byte)");
+  SCOPED_TRACE(
+      "seed " + std::to_string(seed) + ", offs " + offs_to_string(c.offs) +
+      "; out coordinates are [row, byte] with byte = 2 * element column (+1 for the high byte)");
   for (const GuardedBuffer* b : {&d_q, &d_scales, &d_offs, &d_out, &d_status}) {
     EXPECT_TRUE(b->guards_intact(stream.get()));
   }
@@ -176,25 +189,26 @@ TEST_P(GpuDequantize, RandomCodesMatchReference) {
 
 std::string dequant_name(const ::testing::TestParamInfo<DequantParam>& info) {
   const auto& [mode, shape, grouping] = info.param;
-  return std::string(mode == DequantMode::kRowwise ? "rowwise_" : "colwise_") + shape_name(shape) + "_" +
-         grouping_name(grouping);
+  return std::string(mode == DequantMode::kRowwise ? "rowwise_" : "colwise_") + shape_name(shape) +
+         "_" + grouping_name(grouping);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rowwise, GpuDequantize,
                          ::testing::Combine(::testing::Values(DequantMode::kRowwise),
-                                            ::testing::Values(Shape{128, 128}, Shape{256, 512}, Shape{1024, 384},
-                                                              Shape{512, 4096}),
+                                            ::testing::Values(Shape{128, 128}, Shape{256, 512},
+                                                              Shape{1024, 384}, Shape{512, 4096}),
                                             ::testing::Values(Grouping{0, GroupFill::kFull})),
                          dequant_name);
 INSTANTIATE_TEST_SUITE_P(Colwise, GpuDequantize,
                          ::testing::Combine(::testing::Values(DequantMode::kColwise),
-                                            ::testing::Values(Shape{128, 128}, Shape{256, 512}, Shape{1024, 384},
-                                                              Shape{8192, 256}),
+                                            ::testing::Values(Shape{128, 128}, Shape{256, 512},
+                                                              Shape{1024, 384}, Shape{8192, 256}),
                                             ::testing::ValuesIn(kGroupings)),
                          dequant_name);
 
 // Every (e4m3 code, scale byte) pair: rows = 256, cols = 256 blocks of 32. Row r holds codes
-// 32*(r%8) .. 32*(r%8)+31 in every block; block j of row r has scale (r + j) % 256, so each code meets every scale.
+// 32*(r%8) .. 32*(r%8)+31 in every block; block j of row r has scale (r + j) % 256, so each code
+// meets every scale.
 class GpuDequantizeAllPairs : public GpuTest {};
 
 TEST_F(GpuDequantizeAllPairs, EveryCodeAgainstEveryScale) {
@@ -203,7 +217,8 @@ TEST_F(GpuDequantizeAllPairs, EveryCodeAgainstEveryScale) {
   c.cols = 256 * kBlock;
   c.q.resize(size_t(c.rows * c.cols));
   for (int64_t r = 0; r < c.rows; ++r) {
-    for (int64_t col = 0; col < c.cols; ++col) c.q[size_t(r * c.cols + col)] = uint8_t(32 * (r % 8) + col % kBlock);
+    for (int64_t col = 0; col < c.cols; ++col)
+      c.q[size_t(r * c.cols + col)] = uint8_t(32 * (r % 8) + col % kBlock);
   }
   c.scales.assign(size_t(s_row_shape(c.rows, c.cols).bytes()), 0);
   for (int64_t r = 0; r < c.rows; ++r) {

@@ -1,9 +1,10 @@
-// CUDA helpers of the GPU suites (gpu_*.cpp): a visible skip without a device, RAII device buffers with guard
-// bands and poison, a non-default stream, and DeviceProblem, which runs one quantize path on the device and
-// hands back host copies of every output after checking that nothing outside the outputs changed.
+// CUDA helpers of the GPU suites (gpu_*.cpp): a visible skip without a device, RAII device buffers
+// with guard bands and poison, a non-default stream, and DeviceProblem, which runs one quantize
+// path on the device and hands back host copies of every output after checking that nothing outside
+// the outputs changed.
 //
-// Every comparison is raw bytes against mxq::ref::* on host copies (test_util.h bytes_equal reports the
-// mismatch count, the first coordinate and both bytes). Tests go through the public API only.
+// Every comparison is raw bytes against mxq::ref::* on host copies (test_util.h bytes_equal reports
+// the mismatch count, the first coordinate and both bytes). Tests go through the public API only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,8 +32,9 @@ namespace mxq::test {
 // ---- CUDA errors: thrown, so GoogleTest reports them as a failure of the running test ----
 inline void cuda_check(cudaError_t err, const char* expr, const char* file, int line) {
   if (err == cudaSuccess) return;
-  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
-                           ") from " + expr + " at " + file + ":" + std::to_string(line));
+  throw std::runtime_error(std::string("CUDA error ") + cudaGetErrorName(err) + " (" +
+                           cudaGetErrorString(err) + ") from " + expr + " at " + file + ":" +
+                           std::to_string(line));
 }
 #define MXQ_TEST_CUDA(call) ::mxq::test::cuda_check((call), #call, __FILE__, __LINE__)
 
@@ -83,7 +85,8 @@ inline uint64_t hash_string(const std::string& s) {
   for (unsigned char c : s) h = (h ^ c) * 0x100000001B3ull;
   return h;
 }
-// Seed of the running test (its full name hashed), mixed with `salt` for several inputs in one test.
+// Seed of the running test (its full name hashed), mixed with `salt` for several inputs in one
+// test.
 inline uint64_t test_seed(uint64_t salt = 0) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string name = info ? std::string(info->test_suite_name()) + "." + info->name() : "none";
@@ -95,7 +98,8 @@ inline uint64_t test_seed(uint64_t salt = 0) {
 // ---- host parallelism for the large shapes (the device machine has 16 cores) ----
 template <typename Body>
 void parallel_for(int64_t n, const Body& body) {
-  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(n, 1));
+  const int64_t threads =
+      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(n, 1));
   std::vector<std::thread> pool;
   for (int64_t t = 1; t < threads; ++t) {
     pool.emplace_back([&body, n, threads, t] { body(n * t / threads, n * (t + 1) / threads); });
@@ -105,9 +109,11 @@ void parallel_for(int64_t n, const Body& body) {
 }
 
 // bytes_equal with a memcmp fast path (the large shapes compare gigabytes).
-inline ::testing::AssertionResult same_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
-                                             int64_t cols, const std::string& what) {
-  if (got.size() == want.size() && (got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0)) {
+inline ::testing::AssertionResult same_bytes(const std::vector<uint8_t>& got,
+                                             const std::vector<uint8_t>& want, int64_t cols,
+                                             const std::string& what) {
+  if (got.size() == want.size() &&
+      (got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0)) {
     return ::testing::AssertionSuccess();
   }
   return bytes_equal(got, want, cols, what);
@@ -120,22 +126,25 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
   return b;
 }
 
-// Fast input for the large shapes: approximately normal (Irwin-Hall of 4 uniforms), generated in parallel,
-// with the SPEC §4 blocks planted along rows and columns at random positions like make_input(kSpecial).
+// Fast input for the large shapes: approximately normal (Irwin-Hall of 4 uniforms), generated in
+// parallel, with the SPEC §4 blocks planted along rows and columns at random positions like
+// make_input(kSpecial).
 inline std::vector<uint16_t> make_large_special_input(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<uint16_t> x(static_cast<size_t>(rows * cols));
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t c = 0; c < cols; ++c) {
         const uint64_t h = splitmix64(seed ^ uint64_t(r * cols + c) * 0x9E3779B97F4A7C15ull);
-        const float sum = float(h & 0xFFFF) + float((h >> 16) & 0xFFFF) + float((h >> 32) & 0xFFFF) + float(h >> 48);
+        const float sum = float(h & 0xFFFF) + float((h >> 16) & 0xFFFF) +
+                          float((h >> 32) & 0xFFFF) + float(h >> 48);
         x[size_t(r * cols + c)] = bf16_from_f32((sum * (1.f / 65536.f) - 2.f) * 1.7320508f);
       }
     }
   });
   const auto blocks = special_blocks();
   std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> row_block(0, rows / kBlock - 1), col_block(0, cols / kBlock - 1);
+  std::uniform_int_distribution<int64_t> row_block(0, rows / kBlock - 1),
+      col_block(0, cols / kBlock - 1);
   std::uniform_int_distribution<int64_t> any_row(0, rows - 1), any_col(0, cols - 1);
   const int64_t plants = std::max<int64_t>(8, rows * cols / 4096);
   for (int64_t i = 0; i < plants; ++i) {
@@ -156,7 +165,9 @@ struct Shape {
   int64_t M;
   int64_t K;
 };
-inline std::string shape_name(const Shape& s) { return std::to_string(s.M) + "x" + std::to_string(s.K); }
+inline std::string shape_name(const Shape& s) {
+  return std::to_string(s.M) + "x" + std::to_string(s.K);
+}
 
 // ---- grouped mode: offs with random 128-multiple group sizes ----
 enum class GroupFill {
@@ -166,9 +177,12 @@ enum class GroupFill {
 };
 inline const char* group_fill_name(GroupFill f) {
   switch (f) {
-    case GroupFill::kTail: return "tail";
-    case GroupFill::kFull: return "full";
-    case GroupFill::kEmpty: return "empty";
+    case GroupFill::kTail:
+      return "tail";
+    case GroupFill::kFull:
+      return "full";
+    case GroupFill::kEmpty:
+      return "empty";
   }
   return "?";
 }
@@ -178,7 +192,8 @@ inline std::vector<int32_t> make_offs(int64_t M, int64_t G, GroupFill fill, uint
   const int64_t units = M / kGroupAlign;
   int64_t covered = 0;
   if (fill == GroupFill::kFull) covered = units;
-  if (fill == GroupFill::kTail && units > 1) covered = std::uniform_int_distribution<int64_t>(1, units - 1)(rng);
+  if (fill == GroupFill::kTail && units > 1)
+    covered = std::uniform_int_distribution<int64_t>(1, units - 1)(rng);
   std::uniform_int_distribution<int64_t> cut(0, covered);
   std::vector<int64_t> ends(static_cast<size_t>(G));
   for (auto& e : ends) e = cut(rng);
@@ -195,7 +210,8 @@ inline std::vector<int32_t> make_offs(int64_t M, int64_t G, GroupFill fill, uint
 
 inline std::string offs_to_string(const std::vector<int32_t>& offs, size_t max_items = 16) {
   std::string s = "[";
-  for (size_t i = 0; i < offs.size() && i < max_items; ++i) s += (i ? "," : "") + std::to_string(offs[i]);
+  for (size_t i = 0; i < offs.size() && i < max_items; ++i)
+    s += (i ? "," : "") + std::to_string(offs[i]);
   if (offs.size() > max_items) s += ",... (" + std::to_string(offs.size()) + " groups)";
   return s + "]";
 }
@@ -204,7 +220,8 @@ inline std::string offs_to_string(const std::vector<int32_t>& offs, size_t max_i
 class Stream {
  public:
   explicit Stream(bool non_blocking = true) {
-    MXQ_TEST_CUDA(cudaStreamCreateWithFlags(&stream_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault));
+    MXQ_TEST_CUDA(cudaStreamCreateWithFlags(
+        &stream_, non_blocking ? cudaStreamNonBlocking : cudaStreamDefault));
   }
   ~Stream() { (void)cudaStreamDestroy(stream_); }
   Stream(const Stream&) = delete;
@@ -215,9 +232,10 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-// One device allocation [guard | payload | guard]. The guards hold a pseudo-random pattern (no value a kernel
-// is likely to write, and different for every buffer); guards_intact() reads them back. The payload starts
-// kGuardBytes into a cudaMalloc allocation, so it keeps the 256-byte alignment every op needs.
+// One device allocation [guard | payload | guard]. The guards hold a pseudo-random pattern (no
+// value a kernel is likely to write, and different for every buffer); guards_intact() reads them
+// back. The payload starts kGuardBytes into a cudaMalloc allocation, so it keeps the 256-byte
+// alignment every op needs.
 class GuardedBuffer {
  public:
   static constexpr size_t kGuardBytes = 4096;
@@ -229,8 +247,8 @@ class GuardedBuffer {
     const uint64_t h = hash_string(name_) ^ uint64_t(bytes_);
     for (size_t i = 0; i < guard_.size(); ++i) guard_[i] = uint8_t(splitmix64(h + i) >> 56);
     MXQ_TEST_CUDA(cudaMemcpy(base_, guard_.data(), kGuardBytes, cudaMemcpyHostToDevice));
-    MXQ_TEST_CUDA(
-        cudaMemcpy(base_ + kGuardBytes + bytes_, guard_.data() + kGuardBytes, kGuardBytes, cudaMemcpyHostToDevice));
+    MXQ_TEST_CUDA(cudaMemcpy(base_ + kGuardBytes + bytes_, guard_.data() + kGuardBytes, kGuardBytes,
+                             cudaMemcpyHostToDevice));
   }
   ~GuardedBuffer() {
     if (base_ != nullptr) (void)cudaFree(base_);
@@ -284,20 +302,22 @@ class GuardedBuffer {
     if (base_ == nullptr) return ::testing::AssertionSuccess();
     std::vector<uint8_t> got(2 * kGuardBytes);
     MXQ_TEST_CUDA(cudaMemcpyAsync(got.data(), base_, kGuardBytes, cudaMemcpyDeviceToHost, stream));
-    MXQ_TEST_CUDA(cudaMemcpyAsync(got.data() + kGuardBytes, base_ + kGuardBytes + bytes_, kGuardBytes,
-                                  cudaMemcpyDeviceToHost, stream));
+    MXQ_TEST_CUDA(cudaMemcpyAsync(got.data() + kGuardBytes, base_ + kGuardBytes + bytes_,
+                                  kGuardBytes, cudaMemcpyDeviceToHost, stream));
     MXQ_TEST_CUDA(cudaStreamSynchronize(stream));
     int64_t changed = 0;
-    int64_t first = 0;  // relative to the payload: -1 is the byte just before it, bytes() the byte just after
+    int64_t first =
+        0;  // relative to the payload: -1 is the byte just before it, bytes() the byte just after
     for (size_t i = 0; i < got.size(); ++i) {
       if (got[i] == guard_[i]) continue;
       if (changed++ == 0)
-        first = i < kGuardBytes ? int64_t(i) - int64_t(kGuardBytes) : int64_t(bytes_ + i - kGuardBytes);
+        first =
+            i < kGuardBytes ? int64_t(i) - int64_t(kGuardBytes) : int64_t(bytes_ + i - kGuardBytes);
     }
     if (changed > 0) {
-      return ::testing::AssertionFailure()
-             << name_ << ": guard band overwritten, " << changed << " bytes changed, first at payload offset " << first
-             << " (payload is " << bytes_ << " bytes)";
+      return ::testing::AssertionFailure() << name_ << ": guard band overwritten, " << changed
+                                           << " bytes changed, first at payload offset " << first
+                                           << " (payload is " << bytes_ << " bytes)";
     }
     return ::testing::AssertionSuccess();
   }
@@ -305,8 +325,8 @@ class GuardedBuffer {
   // Every payload byte equals `byte` (an output the op does not own stays poisoned).
   ::testing::AssertionResult all_bytes_are(uint8_t byte, cudaStream_t stream) const {
     const std::vector<uint8_t> got = download(stream);
-    return same_bytes(got, std::vector<uint8_t>(got.size(), byte), int64_t(std::max<size_t>(got.size(), 1)),
-                      name_ + " (expected untouched)");
+    return same_bytes(got, std::vector<uint8_t>(got.size(), byte),
+                      int64_t(std::max<size_t>(got.size(), 1)), name_ + " (expected untouched)");
   }
   ::testing::AssertionResult holds(const std::vector<uint8_t>& want, cudaStream_t stream) const {
     return same_bytes(download(stream), want, int64_t(std::max<size_t>(want.size(), 1)),
@@ -329,10 +349,14 @@ enum class Path {
 };
 inline const char* path_name(Path p) {
   switch (p) {
-    case Path::kRowwise: return "rowwise";
-    case Path::kColwise: return "colwise";
-    case Path::kFused: return "fused";
-    case Path::kComposed: return "composed";
+    case Path::kRowwise:
+      return "rowwise";
+    case Path::kColwise:
+      return "colwise";
+    case Path::kFused:
+      return "fused";
+    case Path::kComposed:
+      return "composed";
   }
   return "?";
 }
@@ -350,18 +374,21 @@ struct HostOutputs {
 };
 
 // Plain S_col (K, M/32) read back out of the dense blocked s_col.
-inline std::vector<uint8_t> unblock(const std::vector<uint8_t>& blocked, int64_t rows, int64_t cols) {
+inline std::vector<uint8_t> unblock(const std::vector<uint8_t>& blocked, int64_t rows,
+                                    int64_t cols) {
   std::vector<uint8_t> plain(size_t(rows * cols));
   parallel_for(rows, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t c = 0; c < cols; ++c) plain[size_t(r * cols + c)] = blocked[size_t(blocked_offset(r, c, cols))];
+      for (int64_t c = 0; c < cols; ++c)
+        plain[size_t(r * cols + c)] = blocked[size_t(blocked_offset(r, c, cols))];
     }
   });
   return plain;
 }
 
-// The CPU reference of all five outputs: mxq::ref::quantize_dual (with offs when given), and the plain
-// colwise scales (mxq::ref::quantize_colwise when grouped, else read out of the dense s_col: no second pass).
+// The CPU reference of all five outputs: mxq::ref::quantize_dual (with offs when given), and the
+// plain colwise scales (mxq::ref::quantize_colwise when grouped, else read out of the dense s_col:
+// no second pass).
 inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, int64_t K,
                                      const std::vector<int32_t>& offs, ScaleRounding rounding) {
   const int64_t G = int64_t(offs.size());
@@ -387,14 +414,15 @@ inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, 
   } else {
     want.s_col_plain.resize(size_t(s_col_plain_shape(M, K).bytes()));
     std::vector<uint8_t> q_col(want.q_col.size());
-    ref::quantize_colwise({x.data(), M, K, rounding, q_col.data(), want.s_col_plain.data(), nullptr});
+    ref::quantize_colwise(
+        {x.data(), M, K, rounding, q_col.data(), want.s_col_plain.data(), nullptr});
   }
   return want;
 }
 
 // K-groups s_col from plain colwise scales, by the reference swizzle.
-inline std::vector<uint8_t> reference_swizzle(const std::vector<uint8_t>& plain, int64_t M, int64_t K,
-                                              const std::vector<int32_t>& offs) {
+inline std::vector<uint8_t> reference_swizzle(const std::vector<uint8_t>& plain, int64_t M,
+                                              int64_t K, const std::vector<int32_t>& offs) {
   const int64_t G = int64_t(offs.size());
   std::vector<uint8_t> s_col(size_t(s_col_shape(M, K, G).bytes()));
   SwizzleParams p;
@@ -408,21 +436,25 @@ inline std::vector<uint8_t> reference_swizzle(const std::vector<uint8_t>& plain,
   return s_col;
 }
 
-// The SPEC §5-§6 placement of plain colwise scales built torchao's way (test_util.h to_blocked / to_kgroups,
-// independent of layout.h): a second oracle beside the reference. Dense blocked when offs is empty, else the
-// K-groups layout with every byte after the last group (slack, the uncovered tail's scales) 0.
+// The SPEC §5-§6 placement of plain colwise scales built torchao's way (test_util.h to_blocked /
+// to_kgroups, independent of layout.h): a second oracle beside the reference. Dense blocked when
+// offs is empty, else the K-groups layout with every byte after the last group (slack, the
+// uncovered tail's scales) 0.
 inline ::testing::AssertionResult col_scale_layout_holds(const std::vector<uint8_t>& s_col,
-                                                         const std::vector<uint8_t>& plain, int64_t M, int64_t K,
+                                                         const std::vector<uint8_t>& plain,
+                                                         int64_t M, int64_t K,
                                                          const std::vector<int32_t>& offs) {
   const int64_t G = int64_t(offs.size());
-  const std::vector<uint8_t> want = G == 0 ? to_blocked(plain, K, M / kBlock) : to_kgroups(plain, M, K, offs);
-  return same_bytes(s_col, want, s_col_shape(M, K, G).cols,
-                    G ? "s_col vs torchao's K-groups rearrangement" : "s_col vs torchao's to_blocked");
+  const std::vector<uint8_t> want =
+      G == 0 ? to_blocked(plain, K, M / kBlock) : to_kgroups(plain, M, K, offs);
+  return same_bytes(
+      s_col, want, s_col_shape(M, K, G).cols,
+      G ? "s_col vs torchao's K-groups rearrangement" : "s_col vs torchao's to_blocked");
 }
 
 // x, offs and every output of one (M, K) problem in guarded device buffers, on one stream.
-// run(path) = poison all outputs, launch, synchronize, check every guard band and that the outputs the path
-// does not own (and x and offs) are unchanged, download the outputs it owns.
+// run(path) = poison all outputs, launch, synchronize, check every guard band and that the outputs
+// the path does not own (and x and offs) are unchanged, download the outputs it owns.
 class DeviceProblem {
  public:
   // `x` must outlive the DeviceProblem (kept for the "x unchanged" check).
@@ -493,15 +525,24 @@ class DeviceProblem {
   // Enqueues the path (no synchronization: usable under graph capture).
   void launch(Path path, ScaleRounding r) const {
     switch (path) {
-      case Path::kRowwise: quantize_rowwise(rowwise_params(r)); break;
-      case Path::kColwise: quantize_colwise(colwise_params(r)); break;
-      case Path::kFused: quantize_dual(dual_params(r)); break;
-      case Path::kComposed: quantize_dual_composed(dual_params(r), workspace()); break;
+      case Path::kRowwise:
+        quantize_rowwise(rowwise_params(r));
+        break;
+      case Path::kColwise:
+        quantize_colwise(colwise_params(r));
+        break;
+      case Path::kFused:
+        quantize_dual(dual_params(r));
+        break;
+      case Path::kComposed:
+        quantize_dual_composed(dual_params(r), workspace());
+        break;
     }
   }
 
   // Synchronizes, checks guards and untouched buffers (EXPECT: failures name the path), downloads.
-  HostOutputs collect(Path path, uint8_t poisoned_with = kPoison, bool check_untouched = true) const {
+  HostOutputs collect(Path path, uint8_t poisoned_with = kPoison,
+                      bool check_untouched = true) const {
     MXQ_TEST_CUDA(cudaStreamSynchronize(stream_));
     MXQ_TEST_CUDA(cudaGetLastError());
     expect_nothing_outside(path, poisoned_with, check_untouched);
@@ -518,13 +559,15 @@ class DeviceProblem {
     return got;
   }
 
-  HostOutputs run(Path path, ScaleRounding r, uint8_t poison_byte = kPoison, bool check_untouched = true) const {
+  HostOutputs run(Path path, ScaleRounding r, uint8_t poison_byte = kPoison,
+                  bool check_untouched = true) const {
     poison(poison_byte);
     launch(path, r);
     return collect(path, poison_byte, check_untouched);
   }
 
-  // Guard bands of x, offs and every output intact; unowned outputs still hold the poison; x and offs unchanged.
+  // Guard bands of x, offs and every output intact; unowned outputs still hold the poison; x and
+  // offs unchanged.
   void expect_nothing_outside(Path path, uint8_t poisoned_with, bool check_untouched) const {
     for (const GuardedBuffer* b : all()) {
       EXPECT_TRUE(b->guards_intact(stream_)) << "after " << path_name(path);
@@ -550,12 +593,14 @@ class DeviceProblem {
 
   bool owns(Path path, const GuardedBuffer& b) const {
     switch (path) {
-      case Path::kRowwise: return &b == &q_row_ || &b == &s_row_;
-      case Path::kColwise: return &b == &q_col_ || &b == &s_col_plain_;
+      case Path::kRowwise:
+        return &b == &q_row_ || &b == &s_row_;
+      case Path::kColwise:
+        return &b == &q_col_ || &b == &s_col_plain_;
       case Path::kFused:
       case Path::kComposed:
-        return &b == &q_row_ || &b == &s_row_ || &b == &q_col_ || &b == &s_col_ || (grouped() && &b == &status_) ||
-               (path == Path::kComposed && &b == &workspace_);
+        return &b == &q_row_ || &b == &s_row_ || &b == &q_col_ || &b == &s_col_ ||
+               (grouped() && &b == &status_) || (path == Path::kComposed && &b == &workspace_);
     }
     return false;
   }
@@ -576,8 +621,9 @@ class DeviceProblem {
 };
 
 // Byte-exact comparison of every output `path` owns with the reference (and status 0 when grouped).
-inline void expect_matches_reference(const HostOutputs& got, const HostOutputs& want, Path path, int64_t M, int64_t K,
-                                     int64_t G, const std::string& label = "") {
+inline void expect_matches_reference(const HostOutputs& got, const HostOutputs& want, Path path,
+                                     int64_t M, int64_t K, int64_t G,
+                                     const std::string& label = "") {
   const std::string at = std::string(path_name(path)) + (label.empty() ? "" : " " + label) + " ";
   const bool dual = path == Path::kFused || path == Path::kComposed;
   if (path == Path::kRowwise || dual) {
@@ -588,7 +634,8 @@ inline void expect_matches_reference(const HostOutputs& got, const HostOutputs& 
     EXPECT_TRUE(same_bytes(got.q_col, want.q_col, M, at + "q_col"));
   }
   if (path == Path::kColwise) {
-    EXPECT_TRUE(same_bytes(got.s_col_plain, want.s_col_plain, s_col_plain_shape(M, K).cols, at + "s_col_plain"));
+    EXPECT_TRUE(same_bytes(got.s_col_plain, want.s_col_plain, s_col_plain_shape(M, K).cols,
+                           at + "s_col_plain"));
   }
   if (dual) {
     EXPECT_TRUE(same_bytes(got.s_col, want.s_col, s_col_shape(M, K, G).cols, at + "s_col"));

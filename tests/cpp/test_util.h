@@ -1,5 +1,5 @@
-// Shared helpers of the C++ test suites: input generators, poison, and raw-byte comparison that reports the
-// mismatch count, the first coordinate, both values and both bit patterns.
+// Shared helpers of the C++ test suites: input generators, poison, and raw-byte comparison that
+// reports the mismatch count, the first coordinate, both values and both bit patterns.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -23,11 +23,16 @@ constexpr uint8_t kPoison = 0xA5;
 enum class Dist { kNormal, kUniform, kWide, kArange, kSpecial };
 inline const char* dist_name(Dist d) {
   switch (d) {
-    case Dist::kNormal: return "normal";
-    case Dist::kUniform: return "uniform";
-    case Dist::kWide: return "wide";
-    case Dist::kArange: return "arange";
-    case Dist::kSpecial: return "special";
+    case Dist::kNormal:
+      return "normal";
+    case Dist::kUniform:
+      return "uniform";
+    case Dist::kWide:
+      return "wide";
+    case Dist::kArange:
+      return "arange";
+    case Dist::kSpecial:
+      return "special";
   }
   return "?";
 }
@@ -37,7 +42,8 @@ inline void PrintTo(Dist d, std::ostream* os) { *os << dist_name(d); }
 
 inline uint16_t bf16_rn(float f) { return bf16_from_f32(f); }
 
-// The SPEC §4 special blocks as 32 bf16 values each (bf16 max 0x7F7F, smallest subnormal 0x0001, ...).
+// The SPEC §4 special blocks as 32 bf16 values each (bf16 max 0x7F7F, smallest subnormal 0x0001,
+// ...).
 inline std::vector<std::vector<uint16_t>> special_blocks() {
   auto fill = [](uint16_t v) { return std::vector<uint16_t>(kBlock, v); };
   auto ones_plus = [](uint16_t first) {
@@ -50,11 +56,11 @@ inline std::vector<std::vector<uint16_t>> special_blocks() {
     for (int i = 0; i < kBlock; ++i) b[i] = uint16_t(v | (i % 2 ? 0x8000 : 0));
     return b;
   };
-  return {fill(0x0000),           fill(0x0080),          ones_plus(0x7F80),     ones_plus(0x7FC0),
-          fill(0x7FC0),           alternating(0x43E0),   alternating(0x7F7F),   alternating(0x0001),
-          ones_plus(0x0001),      ones_plus(0x8001),     ones_plus(0x7F7F),     alternating(0x43F0),
-          fill(0x4060),           fill(0x4400),          ones_plus(0xFF80),     fill(0x8000),
-          fill(0x0460),           fill(0x0461),          fill(0x045F)};
+  return {fill(0x0000),      fill(0x0080),        ones_plus(0x7F80),   ones_plus(0x7FC0),
+          fill(0x7FC0),      alternating(0x43E0), alternating(0x7F7F), alternating(0x0001),
+          ones_plus(0x0001), ones_plus(0x8001),   ones_plus(0x7F7F),   alternating(0x43F0),
+          fill(0x4060),      fill(0x4400),        ones_plus(0xFF80),   fill(0x8000),
+          fill(0x0460),      fill(0x0461),        fill(0x045F)};
 }
 
 // Fresh random bf16 values of (rows, cols), row-major. Seeds differ per call site; never all zeros.
@@ -77,10 +83,12 @@ inline std::vector<uint16_t> make_input(int64_t rows, int64_t cols, Dist dist, u
     case Dist::kArange:
       for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_rn(static_cast<float>(i % 4099) - 2049.f);
       break;
-    case Dist::kSpecial: {  // random normal tensor with SPEC §4 blocks planted along rows and columns
+    case Dist::
+        kSpecial: {  // random normal tensor with SPEC §4 blocks planted along rows and columns
       for (auto& v : x) v = bf16_rn(normal(rng));
       const auto blocks = special_blocks();
-      std::uniform_int_distribution<int64_t> row_block(0, rows / kBlock - 1), col_block(0, cols / kBlock - 1);
+      std::uniform_int_distribution<int64_t> row_block(0, rows / kBlock - 1),
+          col_block(0, cols / kBlock - 1);
       std::uniform_int_distribution<int64_t> any_row(0, rows - 1), any_col(0, cols - 1);
       const int64_t plants = std::max<int64_t>(8, rows * cols / 4096);
       for (int64_t i = 0; i < plants; ++i) {
@@ -100,10 +108,12 @@ inline std::vector<uint16_t> make_input(int64_t rows, int64_t cols, Dist dist, u
 }
 
 // Raw-byte equality of two (rows, cols) byte matrices with a readable report of the first mismatch.
-inline ::testing::AssertionResult bytes_equal(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
-                                              int64_t cols, const std::string& what) {
+inline ::testing::AssertionResult bytes_equal(const std::vector<uint8_t>& got,
+                                              const std::vector<uint8_t>& want, int64_t cols,
+                                              const std::string& what) {
   if (got.size() != want.size()) {
-    return ::testing::AssertionFailure() << what << ": size " << got.size() << " != " << want.size();
+    return ::testing::AssertionFailure()
+           << what << ": size " << got.size() << " != " << want.size();
   }
   int64_t mismatches = 0;
   int64_t first = -1;
@@ -115,16 +125,17 @@ inline ::testing::AssertionResult bytes_equal(const std::vector<uint8_t>& got, c
   }
   if (mismatches == 0) return ::testing::AssertionSuccess();
   std::ostringstream os;
-  os << what << ": " << mismatches << " of " << got.size() << " bytes differ; first at [" << first / cols
-     << ", " << first % cols << "]: got 0x" << std::hex << int(got[static_cast<size_t>(first)]) << ", want 0x"
+  os << what << ": " << mismatches << " of " << got.size() << " bytes differ; first at ["
+     << first / cols << ", " << first % cols << "]: got 0x" << std::hex
+     << int(got[static_cast<size_t>(first)]) << ", want 0x"
      << int(want[static_cast<size_t>(first)]);
   return ::testing::AssertionFailure() << os.str();
 }
 
 // ---- expected scale layouts, built the way torchao builds them, independently of layout.h ----
 
-// torchao's to_blocked on a row-major S (rows, cols): pad to (128*nr, 4*nc), then
-// view(nr, 128, nc, 4).permute(0, 2, 1, 3).reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1, 32, 16):
+// torchao's to_blocked on a row-major S (rows, cols): pad to (128*nr, 4*nc), then view(nr, 128, nc,
+// 4).permute(0, 2, 1, 3).reshape(-1, 4, 32, 4).transpose(1, 2).reshape(-1, 32, 16):
 // row i of a 128x4 block is (u, v) = (i/32, i%32) after the reshape and lands at (v, u) after the
 // transpose.
 template <typename T>
