@@ -37,17 +37,7 @@ void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cu
   MXQ_CHECK_CUDA(cudaMemcpyAsync(offs.data(), offs_device, offs.size() * sizeof(int32_t),
                                  cudaMemcpyDeviceToHost, stream));
   MXQ_CHECK_CUDA(cudaStreamSynchronize(stream));
-  int64_t prev = 0;
-  for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t end = offs[static_cast<size_t>(g)];
-    MXQ_CHECK(end >= prev, "mxq: offs must be non-decreasing and non-negative, got offs[", g,
-              "]=", end, g > 0 ? " after " : " (negative)",
-              g > 0 ? std::to_string(prev) : std::string());
-    MXQ_CHECK(end <= M, "mxq: offs must not exceed M=", M, ", got offs[", g, "]=", end);
-    MXQ_CHECK(end % kGroupAlign == 0, "mxq: group boundaries must be multiples of ", kGroupAlign,
-              ", got offs[", g, "]=", end);
-    prev = end;
-  }
+  detail::check_host_offs(offs.data(), num_groups, M);
 }
 
 void check_status(const int32_t* status_device, cudaStream_t stream) {

@@ -1,5 +1,7 @@
 #include "validate.h"
 
+#include <string>
+
 #include "check.h"
 
 namespace mxq::detail {
@@ -47,6 +49,21 @@ void check_groups(const int32_t* offs, int64_t num_groups, const Target& t) {
 }
 
 }  // namespace
+
+void check_host_offs(const int32_t* offs, int64_t num_groups, int64_t tokens, const char* name) {
+  int64_t prev = 0;
+  for (int64_t g = 0; g < num_groups; ++g) {
+    const int64_t end = offs[g];
+    MXQ_CHECK(end >= prev, "mxq: offs must be non-decreasing and non-negative, got offs[", g,
+              "]=", end, g > 0 ? " after " : " (negative)",
+              g > 0 ? std::to_string(prev) : std::string());
+    MXQ_CHECK(end <= tokens, "mxq: offs must not exceed ", name, "=", tokens, ", got offs[", g,
+              "]=", end);
+    MXQ_CHECK(end % kGroupAlign == 0, "mxq: group boundaries must be multiples of ", kGroupAlign,
+              ", got offs[", g, "]=", end);
+    prev = end;
+  }
+}
 
 void validate(const RowwiseParams& p, const Target& t) {
   check_x(p.x, p.M, p.K, t);

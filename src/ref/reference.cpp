@@ -36,23 +36,6 @@ void zero_fill(uint8_t* p, int64_t bytes) {
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
-// Offsets are host memory here, so unlike the GPU path the reference checks them and throws, with
-// the rules and wording of mxq::validate_offs. `tokens` is the extent they index, named `name`.
-void check_offs(const int32_t* offs, int64_t num_groups, int64_t tokens, const char* name = "M") {
-  int64_t prev = 0;
-  for (int64_t g = 0; g < num_groups; ++g) {
-    const int64_t end = offs[g];
-    MXQ_CHECK(end >= prev, "mxq: offs must be non-decreasing and non-negative, got offs[", g,
-              "]=", end, g > 0 ? " after " : " (negative)",
-              g > 0 ? std::to_string(prev) : std::string());
-    MXQ_CHECK(end <= tokens, "mxq: offs must not exceed ", name, "=", tokens, ", got offs[", g,
-              "]=", end);
-    MXQ_CHECK(end % kGroupAlign == 0, "mxq: group boundaries must be multiples of ", kGroupAlign,
-              ", got offs[", g, "]=", end);
-    prev = end;
-  }
-}
-
 // Where the colwise scale S_col[k, i] lives in s_col (§5-§6): the dense blocked layout of
 // (K, M/32), or, with offs, the region of the K-group owning token block i. Tokens past offs[G-1]
 // (the uncovered tail) have no place: offset() returns -1 and their bytes stay 0. `offs` must
@@ -147,7 +130,7 @@ void quantize_colwise(const ColwiseParams& p) {
 
 void swizzle_col_scales(const SwizzleParams& p) {
   detail::validate(p, detail::kCpu);
-  if (p.offs != nullptr) check_offs(p.offs, p.num_groups, p.M);
+  if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M);
   const ColScalePlacement place(p.M, p.K, p.offs, p.num_groups);
   const int64_t scale_cols = p.M / kBlock;
   zero_fill(p.s_col, place.bytes());
@@ -167,7 +150,7 @@ void swizzle_col_scales(const SwizzleParams& p) {
 // cross-check of the placement.
 void quantize_dual(const DualParams& p) {
   detail::validate(p, detail::kCpu);
-  if (p.offs != nullptr) check_offs(p.offs, p.num_groups, p.M);
+  if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M);
   const ColScalePlacement place(p.M, p.K, p.offs, p.num_groups);
   rowwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_row, p.s_row);
   zero_fill(p.s_col, place.bytes());
@@ -183,7 +166,7 @@ void quantize_dual(const DualParams& p) {
 // offs, in the K-groups layout (cols are tokens). Tail tokens have no scale: they give +0.
 void dequantize(const DequantizeParams& p) {
   detail::validate(p, detail::kCpu);
-  if (p.offs != nullptr) check_offs(p.offs, p.num_groups, p.cols, "cols");
+  if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.cols, "cols");
   const ColScalePlacement place(p.cols, p.rows, p.offs, p.num_groups);
   auto* out = static_cast<uint16_t*>(p.out);
   parallel_for(p.rows, [&](int64_t r_begin, int64_t r_end) {
