@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../host/check.h"
+#include "../host/parallel.h"
 #include "../host/validate.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"
@@ -19,18 +20,7 @@
 namespace mxq::ref {
 namespace {
 
-// Calls body(begin, end) on disjoint ranges covering [0, n), one range per hardware thread.
-template <typename Body>
-void parallel_for(int64_t n, const Body& body) {
-  const int64_t threads =
-      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(n, 1));
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) {
-    pool.emplace_back([&body, n, threads, t] { body(n * t / threads, n * (t + 1) / threads); });
-  }
-  body(0, n / threads);
-  for (auto& th : pool) th.join();
-}
+using detail::parallel_for;
 
 void zero_fill(uint8_t* p, int64_t bytes) {
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));

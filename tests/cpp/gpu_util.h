@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../src/host/parallel.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"
 #include "mxq/numerics.h"
@@ -95,18 +96,8 @@ inline uint64_t test_seed(uint64_t salt = 0) {
   return splitmix64(hash_string(name) ^ splitmix64(base) ^ (salt * 0x2545F4914F6CDD1Dull));
 }
 
-// ---- host parallelism for the large shapes (the device machine has 16 cores) ----
-template <typename Body>
-void parallel_for(int64_t n, const Body& body) {
-  const int64_t threads =
-      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(n, 1));
-  std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) {
-    pool.emplace_back([&body, n, threads, t] { body(n * t / threads, n * (t + 1) / threads); });
-  }
-  body(0, n / threads);
-  for (auto& th : pool) th.join();
-}
+// Host parallelism for the large shapes (the device machine has 16 cores): detail::parallel_for.
+using detail::parallel_for;
 
 // bytes_equal with a memcmp fast path (the large shapes compare gigabytes).
 inline ::testing::AssertionResult same_bytes(const std::vector<uint8_t>& got,
