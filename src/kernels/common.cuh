@@ -47,18 +47,6 @@ __device__ __forceinline__ uint32_t quantize_words(uint32_t w0, uint32_t w1, flo
   return lo | (hi << 16);
 }
 
-// Four e4m3 bytes from the low (or high) bf16 halves of four words: one column of a packed column
-// pair.
-template <bool kHigh>
-__device__ __forceinline__ uint32_t quantize_column4(const uint32_t* w, float r) {
-  auto value = [](uint32_t word) {
-    return __uint_as_float(kHigh ? (word & 0xFFFF0000u) : (word << 16));
-  };
-  const uint32_t b01 = ptx::cvt_e4m3x2(mul_rn(value(w[1]), r), mul_rn(value(w[0]), r));
-  const uint32_t b23 = ptx::cvt_e4m3x2(mul_rn(value(w[3]), r), mul_rn(value(w[2]), r));
-  return b01 | (b23 << 16);
-}
-
 // ---- grouped mode: device offsets ----
 //
 // NOTES: offs lives on the device, so it is checked there. Every kernel reads it through

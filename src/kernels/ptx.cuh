@@ -32,6 +32,19 @@ __device__ __forceinline__ void st_global_v2(void* ptr, uint2 v) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(ptr), "r"(v.x), "r"(v.y) : "memory");
 }
 
+// ldmatrix (9.7.14.5.15): four 8x8 matrices of 16-bit elements from shared memory, transposed.
+// Lane 8i+j supplies the 16-byte-aligned address of row j of matrix i; register i of lane t then
+// holds column t/4 of matrix i at rows 2*(t%4) (low half) and 2*(t%4)+1 (high half).
+__device__ __forceinline__ uint4 ldmatrix_x4_trans(const void* smem_row) {
+  uint4 v;
+  const auto addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr)
+               : "memory");
+  return v;
+}
+
 // max (9.7.3.10, packed u16x2, sm_90): lane-wise unsigned max of two 16-bit pairs. On sign-masked
 // bf16 bits this is the NaN-propagating |max| (numerics.h, bf16_abs_bits).
 __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {

@@ -16,8 +16,9 @@
 //   ---- rowwise ----  a thread quantizes two whole 1x32 blocks (amax, scale, convert; no
 //                      shuffles), then swaps half a block with its neighbour lane so that every
 //                      16-byte store completes a 32-byte sector.
-//   ---- colwise ----  each thread reads one column pair of one 32-row block as packed words,
-//                      converts, and writes 2x32 bytes into a transposed shared tile that the CTA
+//   ---- colwise ----  ldmatrix.trans hands each thread one whole 32x1 block (a column of one
+//                      32-row block, as 16 words of two consecutive rows: the rowwise word order);
+//                      it converts and writes 32 bytes into a transposed shared tile that the CTA
 //                      stores as whole 128-byte rows of q_col.
 // NOTES:
 // - The kernel is issue-bound as much as memory-bound (ncu, 32768x7168: 0.51 warp-instructions per
@@ -65,8 +66,9 @@ struct Config {
   static constexpr int kBlocksPerRow = kTile / kBlock;             // 4
   static constexpr int kRowBlocksPerThread = kTile * kBlocksPerRow / kThreads;  // 2
   static constexpr int kRowsPerWarp = kTile / kWarps;                           // 16
-  static constexpr int kColPairs = kTile / 2;        // 64 packed column pairs
-  static constexpr int kColBlocks = kTile / kBlock;  // 4 32-row blocks per tile
+  static constexpr int kColBlocks = kTile / kBlock;                             // 4 per column
+  static constexpr int kColGroups = kTile / 8;  // 8-column groups, one ldmatrix column set each
+  static constexpr int kColGroupsPerWarp = kColGroups / kWarps;  // 2
   static constexpr int kMinBlocksPerSm = 4;
   static_assert(kThreads % 32 == 0, "threads must be whole warps");
   static_assert(kTile % kBlock == 0, "tile must hold whole blocks");
@@ -74,15 +76,15 @@ struct Config {
                 "a warp owns 16 rows: lane l takes blocks l and l+32 of them");
   static_assert(kBlocksPerRow % 2 == 0,
                 "neighbour lanes pair up on adjacent blocks for full-sector stores");
-  static_assert(kThreads == kColPairs * kColBlocks,
-                "one colwise work item (column pair x block) per thread");
+  static_assert(kColGroups % kWarps == 0 && kColBlocks == 4,
+                "a warp's ldmatrix covers one 8-column group x 4 blocks; lane t takes block t%4");
   static_assert(kTile / kBlock == kAtomCols && kTile == kAtomRows,
                 "a tile maps to one 128x4 scale atom");
 };
 
 struct alignas(16) SharedStorage {
   alignas(
-      16) uint4 tile[kTile][kTile / 8];  // bf16 tile, [row][16-byte chunk, tile_chunk()] (32 KiB)
+      16) uint4 tile[kTile][kTile / 8];  // bf16 tile, [row][16-byte chunk ^ tile_key()] (32 KiB)
   alignas(
       16) uint4 q_col[kTile][kTile / 16];  // transposed e4m3, [k][16-byte chunk, swizzled] (16 KiB)
   alignas(16) uint8_t row_atom[kAtomBytes];  // s_row atom of this tile
@@ -105,17 +107,24 @@ struct TileParams {
   int64_t tiles;  // CTAs past this zero-fill the K-groups slack
 };
 
-// Physical 16-byte chunk of logical chunk c (0..15) in row `row` of the staged bf16 tile. The
-// rowwise stage writes, per 8-lane store phase, rows r and r+1 at chunks 4*blk+i (blk 0..3):
-// XOR-ing 2*(row&1) + c/8 into the low bits spreads them over 8 bank groups; the colwise stage
-// reads 8 consecutive chunks of one row, which any XOR within the row keeps distinct.
-__device__ __forceinline__ int tile_chunk(int row, int c) {
-  return c ^ ((2 * (row & 1) + (c >> 3)) & 7);
+// Logical chunk c (0..15) of row `row` of the staged bf16 tile is stored at physical chunk
+// c ^ tile_key(row, c / 8), a 3-bit key (bit 0: c/8 ^ row bit 5, bit 1: row bit 0, bit 2: row
+// bit 6). The bank group of a chunk is its low 3 bits, and every 8-lane phase of shared access hits
+// 8 different groups:
+//   - load: 8 consecutive chunks of one row (any XOR within the row keeps them distinct);
+//   - rowwise: chunks {i, 4+i, 8+i, 12+i} of rows r, r+1 (r even): c/8 and row bit 0 separate them;
+//   - colwise ldmatrix: one chunk of rows {R, R+1, R+32, R+33, R+64, R+65, R+96, R+97}: row bits
+//     0, 5 and 6 take all 8 values.
+// In the load and colwise phases a thread's rows differ only in bits 1-4 and its chunks share c/8,
+// so it computes its key once. (Hoisting the rowwise key too costs the rowwise-only kernel spills.)
+__device__ __forceinline__ int tile_key(int row, int half) {
+  return ((half ^ (row >> 5)) & 1) | ((row & 1) << 1) | ((row >> 4) & 4);
 }
 
-// Chunk j of transposed row k of the staged q_col tile, swizzled so that the 8 lanes of a 16-byte
-// store phase, which write rows k = 2*lane (+1), hit 8 different bank groups.
-__device__ __forceinline__ int q_col_chunk(int k, int j) { return j ^ ((k >> 1) & 7); }
+// Chunk j of transposed row k of the staged q_col tile, swizzled so that an 8-lane colwise store
+// phase, which writes chunks {h, 2+h, 4+h, 6+h} of rows k and k+1 (k a multiple of 8), hits 8
+// different bank groups.
+__device__ __forceinline__ int q_col_chunk(int k, int j) { return j ^ (k & 7); }
 
 // ---- the three phases of a tile ----
 
@@ -154,45 +163,48 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
   return bs.s;
 }
 
-// Colwise: this thread's column pair of one 32-row block, read from the staged bf16 tile, converted
-// into the transposed q_col tile and the colwise scale staging (atom layout, or [k][block] for
-// plain scales).
+// Colwise: warp w converts 8-column groups w and w + 8, each of all four 32-row blocks. Lane 8i+j
+// addresses row 32*(j/2) + 8n + 2i + j%2 for ldmatrix n, so that (ptx.cuh) lane t receives column
+// t/4 of the group at rows 2(4n+i), 2(4n+i)+1 of block t%4: word 4n+i of its whole 32x1 block, in
+// the order quantize_words takes. The 32 bytes go to the transposed q_col tile, the scale to the
+// colwise scale staging (atom layout, or [k][block] for plain scales).
 template <ColScales kCol, ScaleRounding kRule>
-__device__ __forceinline__ void colwise_pair(const uint4 (*tile)[kTile / 8],
-                                             uint4 (*q_col)[kTile / 16], uint8_t* col_atom) {
-  const int pair = threadIdx.x % Config::kColPairs;
-  const int blk = threadIdx.x / Config::kColPairs;
-  uint32_t w[kBlock];
-  uint32_t amax = 0;
+__device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8],
+                                               uint4 (*q_col)[kTile / 16], uint8_t* col_atom) {
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int addr_row = kBlock * ((lane % 8) / 2) + 2 * (lane / 8) + lane % 2;  // + 8n
+  const int blk = lane % 4;
 #pragma unroll
-  for (int j = 0; j < kBlock; ++j) {
-    const int row = blk * kBlock + j;
-    w[j] = reinterpret_cast<const uint32_t*>(&tile[row][tile_chunk(row, pair / 4)])[pair % 4];
-    amax = ptx::max_u16x2(amax, w[j] & kAbsMask2);
-  }
-  const BlockScale lo = block_scale<kRule>(amax & 0xFFFFu);
-  const BlockScale hi = block_scale<kRule>(amax >> 16);
-  // 32 bytes per column: output rows k = 2*pair (low halves) and 2*pair+1 (high halves).
-  uint32_t q_lo[8], q_hi[8];
+  for (int u = 0; u < Config::kColGroupsPerWarp; ++u) {
+    const int group = warp + u * Config::kWarps;
+    const int chunk = group ^ tile_key(addr_row, group / 8);  // rows addr_row + 8n
+    uint32_t w[kBlock / 2];
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    q_lo[j] = lo.select(quantize_column4<false>(w + 4 * j, lo.r));
-    q_hi[j] = hi.select(quantize_column4<true>(w + 4 * j, hi.r));
-  }
-  const int k = 2 * pair;
+    for (int n = 0; n < 4; ++n) {
+      const uint4 m = ptx::ldmatrix_x4_trans(&tile[addr_row + 8 * n][chunk]);
+      w[4 * n] = m.x;
+      w[4 * n + 1] = m.y;
+      w[4 * n + 2] = m.z;
+      w[4 * n + 3] = m.w;
+    }
+    uint32_t m2 = 0;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    q_col[k][q_col_chunk(k, 2 * blk + h)] =
-        make_uint4(q_lo[4 * h], q_lo[4 * h + 1], q_lo[4 * h + 2], q_lo[4 * h + 3]);
-    q_col[k + 1][q_col_chunk(k + 1, 2 * blk + h)] =
-        make_uint4(q_hi[4 * h], q_hi[4 * h + 1], q_hi[4 * h + 2], q_hi[4 * h + 3]);
-  }
-  if constexpr (kCol == ColScales::kPlain) {
-    col_atom[k * Config::kColBlocks + blk] = lo.s;
-    col_atom[(k + 1) * Config::kColBlocks + blk] = hi.s;
-  } else {
-    col_atom[atom_offset<unsigned>(k, blk)] = lo.s;
-    col_atom[atom_offset<unsigned>(k + 1, blk)] = hi.s;
+    for (int i = 0; i < kBlock / 2; ++i) m2 = ptx::max_u16x2(m2, w[i] & kAbsMask2);
+    const BlockScale bs = block_scale<kRule>(max(m2 & 0xFFFFu, m2 >> 16));
+    const int k = 8 * group + lane / 4;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t* v = w + 8 * h;
+      q_col[k][q_col_chunk(k, 2 * blk + h)] = make_uint4(
+          bs.select(quantize_words(v[0], v[1], bs.r)), bs.select(quantize_words(v[2], v[3], bs.r)),
+          bs.select(quantize_words(v[4], v[5], bs.r)), bs.select(quantize_words(v[6], v[7], bs.r)));
+    }
+    if constexpr (kCol == ColScales::kPlain) {
+      col_atom[k * Config::kColBlocks + blk] = bs.s;
+    } else {
+      col_atom[atom_offset<unsigned>(k, blk)] = bs.s;
+    }
   }
 }
 
@@ -259,11 +271,10 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   const int64_t m0 = blockIdx.x / k_tiles * kTile;
   const int64_t k0 = blockIdx.x % k_tiles * kTile;
 
-  // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows; warp w loads
-  //                exactly the
-  // 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the rowwise pass
-  // needs only __syncwarp and runs while other warps still wait for their loads. Every chunk also
-  // goes to the staged tile.
+  // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows. Warp w loads
+  // exactly the 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the
+  // rowwise pass needs only __syncwarp and runs while other warps still wait for their loads.
+  // Every chunk also goes to the staged tile.
   const int chunk = lane % Config::kChunksPerRow;
   const int row0 = warp * Config::kRowsPerWarp + lane / Config::kChunksPerRow;
   constexpr int kLoadStep = 32 / Config::kChunksPerRow;  // 2 rows per warp instruction
@@ -277,15 +288,15 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       if (lane == 0) smem.span = span;
     }
   }
+  const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
 #pragma unroll
   for (int i = 0; i < Config::kLoads; ++i) {
     const int row = row0 + i * kLoadStep;
-    smem.tile[row][tile_chunk(row, chunk)] = v[i];
+    smem.tile[row][chunk ^ load_key] = v[i];
   }
   __syncwarp();
-  // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block b
-  //                   is row
-  // 16w + b/4, columns 32*(b%4)..
+  // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block
+  // b is row 16w + b/4, columns 32*(b%4)..
   if constexpr (kRowwise) {
     const int blk = lane % Config::kBlocksPerRow;
     const int row =
@@ -302,7 +313,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       uint4 b[Config::kChunksPerBlock];
 #pragma unroll
       for (int i = 0; i < Config::kChunksPerBlock; ++i) {
-        b[i] = smem.tile[r][tile_chunk(r, blk * Config::kChunksPerBlock + i)];
+        b[i] = smem.tile[r][(blk * Config::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
       }
       smem.row_atom[atom + j * kRowStep * 16] =
           rowwise_block<kRule>(b, q_pair + j * kRowStep * p.K);
@@ -310,7 +321,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   }
   __syncthreads();
   // ---- colwise ----
-  if constexpr (kColwise) colwise_pair<kCol, kRule>(smem.tile, smem.q_col, smem.col_atom);
+  if constexpr (kColwise) colwise_blocks<kCol, kRule>(smem.tile, smem.q_col, smem.col_atom);
   __syncthreads();
   // ---- store ----
   store_staged<kRowwise, kCol>(p, m0, k0, smem);
