@@ -85,8 +85,6 @@ struct Config {
 struct alignas(16) SharedStorage {
   alignas(
       16) uint4 tile[kTile][kTile / 8];  // bf16 tile, [row][16-byte chunk ^ tile_key()] (32 KiB)
-  alignas(
-      16) uint4 q_col[kTile][kTile / 16];  // transposed e4m3, [k][16-byte chunk, swizzled] (16 KiB)
   alignas(16) uint8_t row_atom[kAtomBytes];  // s_row atom of this tile
   alignas(16) uint8_t col_atom[kAtomBytes];  // s_col atom (blocked layouts) or [k][block] (plain)
   GroupSpan span;                            // K-groups: the tile's group, tokens
@@ -121,16 +119,28 @@ __device__ __forceinline__ int tile_key(int row, int half) {
   return ((half ^ (row >> 5)) & 1) | ((row & 1) << 1) | ((row >> 4) & 4);
 }
 
-// Chunk j of transposed row k of the staged q_col tile, swizzled so that an 8-lane colwise store
-// phase, which writes chunks {h, 2+h, 4+h, 6+h} of rows k and k+1 (k a multiple of 8), hits 8
-// different bank groups.
-__device__ __forceinline__ int q_col_chunk(int k, int j) { return j ^ (k & 7); }
 
 // ---- the three phases of a tile ----
 
-// Rowwise: one whole 1x32 block v[0..3] per thread. Lanes 2i and 2i+1 hold adjacent blocks of one
-// row and exchange half a block, so each of the two 16-byte stores of the pair completes one
-// 32-byte sector.
+// Lanes 2i and 2i+1 each hold the 32 e4m3 bytes of one block, q[0] and q[1], and their blocks are
+// adjacent in one output row. The lanes exchange half a block so that each 16-byte store of the
+// pair completes one 32-byte sector: the even lane stores its first half and, one block on, its
+// neighbour's first half; the odd lane its neighbour's second half, then its own second half.
+// q_pair = the even lane's block + 16 * (lane is odd).
+__device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2]) {
+  const bool odd = threadIdx.x & 1;
+  const uint4 send = odd ? q[0] : q[1];
+  uint4 recv;
+  recv.x = __shfl_xor_sync(0xFFFFFFFFu, send.x, 1);
+  recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
+  recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
+  recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
+  ptx::st_global_v4(q_pair, odd ? recv : q[0]);
+  ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
+}
+
+// Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
+// row.
 template <ScaleRounding kRule>
 __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
                                                  uint8_t* q_pair) {
@@ -149,28 +159,20 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
                       bs.select(quantize_words(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
                       bs.select(quantize_words(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
   }
-  // Even lane: stores its first half and, one block on, its neighbour's first half. Odd lane: its
-  // neighbour's second half, then its own second half.
-  const bool odd = threadIdx.x & 1;
-  const uint4 send = odd ? q[0] : q[1];
-  uint4 recv;
-  recv.x = __shfl_xor_sync(0xFFFFFFFFu, send.x, 1);
-  recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
-  recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
-  recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
-  ptx::st_global_v4(q_pair, odd ? recv : q[0]);
-  ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
+  store_block_pair(q_pair, q);
   return bs.s;
 }
 
 // Colwise: warp w converts 8-column groups w and w + 8, each of all four 32-row blocks. Lane 8i+j
 // addresses row 32*(j/2) + 8n + 2i + j%2 for ldmatrix n, so that (ptx.cuh) lane t receives column
 // t/4 of the group at rows 2(4n+i), 2(4n+i)+1 of block t%4: word 4n+i of its whole 32x1 block, in
-// the order quantize_words takes. The 32 bytes go to the transposed q_col tile, the scale to the
-// colwise scale staging (atom layout, or [k][block] for plain scales).
+// the order quantize_words takes. Lanes 4j..4j+3 hold the four blocks of q_col row 8*group + j, so
+// neighbour lanes store whole sectors (store_block_pair) and a warp instruction writes 64 bytes
+// into each of 8 rows. The scale goes to the colwise scale staging (atom layout, or [k][block] for
+// plain scales).
 template <ColScales kCol, ScaleRounding kRule>
-__device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8],
-                                               uint4 (*q_col)[kTile / 16], uint8_t* col_atom) {
+__device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
+                                               int64_t M, uint8_t* col_atom) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int addr_row = kBlock * ((lane % 8) / 2) + 2 * (lane / 8) + lane % 2;  // + 8n
@@ -193,13 +195,15 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8],
     for (int i = 0; i < kBlock / 2; ++i) m2 = ptx::max_u16x2(m2, w[i] & kAbsMask2);
     const BlockScale bs = block_scale<kRule>(max(m2 & 0xFFFFu, m2 >> 16));
     const int k = 8 * group + lane / 4;
+    uint4 q[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t* v = w + 8 * h;
-      q_col[k][q_col_chunk(k, 2 * blk + h)] = make_uint4(
+      q[h] = make_uint4(
           bs.select(quantize_words(v[0], v[1], bs.r)), bs.select(quantize_words(v[2], v[3], bs.r)),
           bs.select(quantize_words(v[4], v[5], bs.r)), bs.select(quantize_words(v[6], v[7], bs.r)));
     }
+    store_block_pair(q_col_tile + k * M + (blk & ~1) * kBlock + (lane & 1) * 16, q);
     if constexpr (kCol == ColScales::kPlain) {
       col_atom[k * Config::kColBlocks + blk] = bs.s;
     } else {
@@ -208,23 +212,14 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8],
   }
 }
 
-// Stores of the staged colwise tile and both scale atoms (after a barrier over the staging).
+// Stores of both staged scale atoms (after a barrier over the staging).
 template <bool kRowwise, ColScales kCol>
-__device__ __forceinline__ void store_staged(const TileParams& p, int64_t m0, int64_t k0,
-                                             const SharedStorage& smem) {
+__device__ __forceinline__ void store_atoms(const TileParams& p, int64_t m0, int64_t k0,
+                                            const SharedStorage& smem) {
   const int tid = threadIdx.x;
   const int warp = tid / 32;
   const int lane = tid % 32;
   if constexpr (kCol != ColScales::kNone) {
-    // q_col: each warp instruction writes 4 whole 128-byte rows.
-#pragma unroll
-    for (int i = 0; i < kTile * (kTile / 16) / Config::kThreads; ++i) {
-      const int idx = i * Config::kThreads + tid;
-      const int kr = idx / (kTile / 16);
-      const int j = idx % (kTile / 16);
-      ptx::st_global_v4(p.q_col + (k0 + kr) * p.M + m0 + j * 16,
-                        smem.q_col[kr][q_col_chunk(kr, j)]);
-    }
     if constexpr (kCol == ColScales::kPlain) {
       if (tid < kTile) {  // row k of S_col (K, M/32): this tile's 4 bytes, one aligned word
         *reinterpret_cast<uint32_t*>(p.s_col + (k0 + tid) * (p.M / kBlock) + m0 / kBlock) =
@@ -321,10 +316,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   }
   __syncthreads();
   // ---- colwise ----
-  if constexpr (kColwise) colwise_blocks<kCol, kRule>(smem.tile, smem.q_col, smem.col_atom);
+  if constexpr (kColwise) {
+    colwise_blocks<kCol, kRule>(smem.tile, p.q_col + k0 * p.M + m0, p.M, smem.col_atom);
+  }
   __syncthreads();
-  // ---- store ----
-  store_staged<kRowwise, kCol>(p, m0, k0, smem);
+  // ---- scales ----
+  store_atoms<kRowwise, kCol>(p, m0, k0, smem);
 }
 
 // ---- host launchers ----
