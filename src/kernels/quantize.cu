@@ -18,12 +18,23 @@
 //                      16-byte store completes a 32-byte sector.
 //   ---- colwise ----  ldmatrix.trans hands each thread one whole 32x1 block (a column of one
 //                      32-row block, as 16 words of two consecutive rows: the rowwise word order);
-//                      it converts and writes 32 bytes into a transposed shared tile that the CTA
-//                      stores as whole 128-byte rows of q_col.
-// NOTES:
-// - The kernel is issue-bound as much as memory-bound (ncu, 32768x7168: 0.51 warp-instructions per
-//   cycle per scheduler, DRAM 65%), so per-element instruction count is what the layout choices
-//   above minimise.
+//                      it converts and stores the 32 bytes of its q_col row segment straight from
+//                      registers, with the same neighbour exchange as the rowwise stores.
+//   Only the two 512-byte scale atoms are staged for a final barrier and one 16-byte store per
+//   lane of one warp.
+// NOTES (H200, % of the same-run copy roof; "fused" at M*K >= 2^26 unless stated):
+// - Kept: storing q_col straight from registers as whole 32-byte sectors, 8 rows x 64 bytes per
+//   warp instruction, instead of staging a transposed tile (16 KiB of shared memory, a barrier,
+//   and a pass of shared loads) and storing whole 128-byte rows: fused 76-82% -> 85-89%, grouped
+//   now within 1% of dense; rowwise-only 85-91% -> 91-96% (less shared memory per CTA).
+// - Kept: colwise through ldmatrix.trans (8 LDSM per thread instead of 32 4-byte LDS of column
+//   pairs): no speed change on its own (MIO pressure was not the limit), but one conversion
+//   routine for both axes and 4x fewer shared-load instructions.
+// - Kept: the colwise-only kernel walks the tiles M fastest, so that consecutive CTAs continue the
+//   same 128 rows of q_col: 71-80% -> 75-85%. The other kernels walk K fastest (below).
+// - Rejected: 5 CTAs per SM for fused and rowwise (48 registers) and 6 for colwise (40), both
+//   spill-free with the q_col staging gone: no gain (fused 84.7-88.6% either way), colwise 1-2%
+//   slower.
 // - Rejected: 4 lanes per rowwise block (8 values per lane, amax by 2 shuffles): every lane
 //   recomputed the scale and the shuffles serialised the block; owning whole blocks halves the
 //   rowwise instructions.
@@ -31,17 +42,14 @@
 //   bytes apart per lane): every load instruction then half-fills 32 sectors, doubling L2->SM
 //   traffic; fused fell from 3.2 to 2.2 TB/s. Loads stay coalesced and the blocks are re-read from
 //   the staged tile.
-// - Rejected: 256x128 tiles (512 threads, 2 CTAs per SM) so that each q_col row segment is 256
-//   contiguous bytes: fused 3.37 vs 3.36 TB/s at 131072x7168 and 2.96 vs 3.11 at 8192x2048 (the
-//   colwise-only kernel lost 3-9%).
-// - Rejected: 4 columns x 16 rows per colwise thread (8-byte shared loads, amax joined by one
-//   shuffle) to relieve the MIO queue (ncu's top stall): no gain (3.31 vs 3.35 TB/s), more scale
-//   computations per thread.
-// - Rejected: other CTA orders over the tiles (M fastest; 8- or 32-tile-row bands): 1-4% slower
-//   than K fastest.
-// - Rejected: storing q_col straight from registers (each lane its own output row): uncoalesced,
-//   52-69% of the copy roof in the access-pattern probe (shared/anchors); staging makes every store
-//   a full 128-byte line.
+// - Rejected (with the staged q_col tile): 256x128 tiles (512 threads, 2 CTAs per SM) so that each
+//   q_col row segment is 256 contiguous bytes: fused 3.37 vs 3.36 TB/s at 131072x7168 and 2.96 vs
+//   3.11 at 8192x2048 (the colwise-only kernel lost 3-9%).
+// - Rejected (with the staged q_col tile): other CTA orders over the tiles for fused (M fastest; 8-
+//   or 32-tile-row bands): 1-4% slower than K fastest.
+// - Rejected: storing q_col from registers with each lane its own output row (16 bytes, half a
+//   sector, 32 rows per warp instruction): 52-69% of the copy roof in the access-pattern probe
+//   (shared/anchors). Whole sectors from neighbour lanes are what makes the direct stores fast.
 // - Rejected: a persistent grid streaming tiles through 2-3 shared-memory stages with bulk copies
 //   (one cp.async.bulk per 256-byte tile row, mbarrier completion): the stages cost occupancy (2 or
 //   1 CTAs per SM) and the kernel is latency-bound in its convert phase, so it ran at 2.4 TB/s (2
@@ -262,9 +270,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   }
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t k_tiles = p.K / kTile;
-  const int64_t m0 = blockIdx.x / k_tiles * kTile;
-  const int64_t k0 = blockIdx.x % k_tiles * kTile;
+  // Tile order: K fastest, except for the colwise-only kernel, whose only output runs along M.
+  const int64_t fast_tiles = (kRowwise ? p.K : p.M) / kTile;
+  const int64_t fast0 = blockIdx.x % fast_tiles * kTile;
+  const int64_t slow0 = blockIdx.x / fast_tiles * kTile;
+  const int64_t m0 = kRowwise ? slow0 : fast0;
+  const int64_t k0 = kRowwise ? fast0 : slow0;
 
   // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows. Warp w loads
   // exactly the 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the
