@@ -26,7 +26,8 @@
 // - Kept: storing q_col straight from registers as whole 32-byte sectors, 8 rows x 64 bytes per
 //   warp instruction, instead of staging a transposed tile (16 KiB of shared memory, a barrier,
 //   and a pass of shared loads) and storing whole 128-byte rows: fused 76-82% -> 85-89%, grouped
-//   now within 1% of dense; rowwise-only 85-91% -> 91-96% (less shared memory per CTA).
+//   now within 1% of dense; rowwise-only 85-91% -> 91-96% (its only change: 16 KiB less shared
+//   memory per CTA).
 // - Kept: colwise through ldmatrix.trans (8 LDSM per thread instead of 32 4-byte LDS of column
 //   pairs): no speed change on its own (MIO pressure was not the limit), but one conversion
 //   routine for both axes and 4x fewer shared-load instructions.
@@ -126,7 +127,6 @@ struct TileParams {
 __device__ __forceinline__ int tile_key(int row, int half) {
   return ((half ^ (row >> 5)) & 1) | ((row & 1) << 1) | ((row >> 4) & 4);
 }
-
 
 // ---- the three phases of a tile ----
 
