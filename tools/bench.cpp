@@ -5,6 +5,9 @@
 //     through at least twice the L2);
 //   - the graph must hold at least one kernel node per call (three for composed), or the run
 //     aborts: a kernel that ignores the caller's stream captures nothing and would read as a win;
+//   - ops: rowwise and colwise are mxq::quantize with one axis requested (colwise writes the
+//     blocked or K-groups s_col itself), fused is mxq::quantize with both, composed is
+//     mxq::quantize_composed, dequantize reads what composed wrote;
 //   - per-call time = median over `replays` timed graph replays (after `warmup`) of replay time
 //     divided by calls;
 //   - bytes come from traffic.h; the roof is cudaMemcpyAsync device-to-device, bytes read +
@@ -27,6 +30,7 @@
 #include <memory>
 #include <sstream>
 
+#include "common.h"
 #include "gpu.h"
 #include "mxq/mxq.h"
 
@@ -180,19 +184,49 @@ const RoofPoint& pick_roof(const std::vector<RoofPoint>& roof, int64_t traffic) 
 
 // ---- device buffers of one shape ----
 
+// Bytes of the largest s_col of the run: dense, or the K-groups allocation of the most groups.
+int64_t s_col_capacity(const MatrixShape& s, int max_groups) {
+  return std::max(s_col_shape(s.M, s.K, 0).bytes(), s_col_shape(s.M, s.K, max_groups).bytes());
+}
+
 // Input and outputs of one rotation slot; s_col is sized for the largest group count of the run.
+// Each slot has its own composed workspace: the plain scales are traffic too and rotate with the
+// rest.
 struct BufferSet {
-  DeviceBuffer x, q_row, s_row, q_col, s_col, s_col_plain, out;
+  DeviceBuffer x, q_row, s_row, q_col, s_col, workspace, out;
   BufferSet(const MatrixShape& s, int max_groups)
       : x(size_t(2 * s.elements())),
         q_row(size_t(q_row_shape(s.M, s.K).bytes())),
         s_row(size_t(s_row_shape(s.M, s.K).bytes())),
         q_col(size_t(q_col_shape(s.M, s.K).bytes())),
-        s_col(size_t(
-            std::max(s_col_shape(s.M, s.K, 0).bytes(), s_col_shape(s.M, s.K, max_groups).bytes()))),
-        s_col_plain(size_t(s_col_plain_shape(s.M, s.K).bytes())),
+        s_col(size_t(s_col_capacity(s, max_groups))),
+        workspace(size_t(composed_workspace_bytes(s.M, s.K))),
         out(size_t(2 * s.elements())) {}
+
+  static double bytes(const MatrixShape& s, int max_groups) {
+    return 2.0 * 2.0 * double(s.elements()) + double(q_row_shape(s.M, s.K).bytes()) +
+           double(s_row_shape(s.M, s.K).bytes()) + double(q_col_shape(s.M, s.K).bytes()) +
+           double(s_col_capacity(s, max_groups)) + double(composed_workspace_bytes(s.M, s.K));
+  }
 };
+
+// Rotating sets for one shape: enough that their inputs total >= 2x L2 (at 1 byte per element).
+int64_t rotating_sets(const MatrixShape& s, int64_t l2_bytes) {
+  return std::max<int64_t>(2, ceil_div(2 * l2_bytes, s.elements()));
+}
+
+// Refuses a shape whose buffers cannot fit in the GPU's free memory, before allocating any.
+void check_device_memory(const MatrixShape& s, int max_groups, int64_t l2_bytes) {
+  size_t free = 0;
+  size_t total = 0;
+  MXQ_TOOL_CUDA(cudaMemGetInfo(&free, &total));
+  const int64_t sets = rotating_sets(s, l2_bytes);
+  const double needed = double(sets) * BufferSet::bytes(s, max_groups);
+  if (needed <= double(free)) return;
+  throw ToolError(s.str() + " needs about " + format_bytes(needed) + " of GPU memory (" +
+                  std::to_string(sets) + " rotating buffer sets), but only " +
+                  format_bytes(double(free)) + " is free; leave this shape out of --shapes");
+}
 
 class ShapeWorkspace {
  public:
@@ -200,7 +234,7 @@ class ShapeWorkspace {
                  uint64_t seed, cudaStream_t stream)
       : shape_(shape), status_(sizeof(int32_t)) {
     const int max_groups = groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end());
-    const int64_t sets = std::max<int64_t>(2, ceil_div(2 * l2_bytes, shape.elements()));
+    const int64_t sets = rotating_sets(shape, l2_bytes);
     sets_.reserve(size_t(sets));
     for (int64_t i = 0; i < sets; ++i) {
       sets_.emplace_back(shape, max_groups);
@@ -241,18 +275,25 @@ struct RunContext {
   cudaStream_t stream;
 };
 
-DualParams dual_params(const RunContext& c, const BufferSet& in, const BufferSet& out) {
-  DualParams p;
+// The params of one call reading set `in`'s x and writing set `out`'s outputs; `rowwise` and
+// `colwise` pick the axes (a null data/scale pair skips that axis).
+QuantizeParams quantize_params(const RunContext& c, const BufferSet& in, const BufferSet& out,
+                               bool rowwise, bool colwise) {
+  QuantizeParams p;
   p.x = in.x.get();
   p.M = c.ws->shape().M;
   p.K = c.ws->shape().K;
   p.rounding = c.rule;
   p.offs = c.ws->offs(c.groups);
   p.num_groups = c.groups;
-  p.q_row = out.q_row.as();
-  p.s_row = out.s_row.as();
-  p.q_col = out.q_col.as();
-  p.s_col = out.s_col.as();
+  if (rowwise) {
+    p.q_row = out.q_row.as();
+    p.s_row = out.s_row.as();
+  }
+  if (colwise) {
+    p.q_col = out.q_col.as();
+    p.s_col = out.s_col.as();
+  }
   p.status = c.ws->status(c.groups);
   p.stream = c.stream;
   return p;
@@ -262,29 +303,23 @@ DualParams dual_params(const RunContext& c, const BufferSet& in, const BufferSet
 void launch_op(Op op, const RunContext& c, const BufferSet& b) {
   const int64_t M = c.ws->shape().M;
   const int64_t K = c.ws->shape().K;
-  const int32_t* offs = c.ws->offs(c.groups);
-  int32_t* status = c.ws->status(c.groups);
   switch (op) {
     case Op::kRowwise:
-      return quantize_rowwise({b.x.get(), M, K, c.rule, b.q_row.as(), b.s_row.as(), c.stream});
+      return quantize(quantize_params(c, b, b, true, false));
     case Op::kColwise:
-      return quantize_colwise(
-          {b.x.get(), M, K, c.rule, b.q_col.as(), b.s_col_plain.as(), c.stream});
-    case Op::kSwizzle:
-      return swizzle_col_scales(
-          {b.s_col_plain.as(), M, K, offs, c.groups, b.s_col.as(), status, c.stream});
+      return quantize(quantize_params(c, b, b, false, true));
     case Op::kFused:
-      return quantize_dual(dual_params(c, b, b));
+      return quantize(quantize_params(c, b, b, true, true));
     case Op::kComposed:
-      return quantize_dual_composed(dual_params(c, b, b), b.s_col_plain.get());
+      return quantize_composed(quantize_params(c, b, b, true, true), b.workspace.get());
     case Op::kDequantize:
       // Dense: the forward operand (q_row, s_row). Grouped: the wgrad operand (q_col, K-groups
       // s_col).
       if (c.groups == 0)
         return dequantize(
             {b.q_row.as(), b.s_row.as(), M, K, nullptr, 0, b.out.get(), nullptr, c.stream});
-      return dequantize(
-          {b.q_col.as(), b.s_col.as(), K, M, offs, c.groups, b.out.get(), status, c.stream});
+      return dequantize({b.q_col.as(), b.s_col.as(), K, M, c.ws->offs(c.groups), c.groups,
+                         b.out.get(), c.ws->status(c.groups), c.stream});
   }
 }
 
@@ -331,10 +366,10 @@ VerifyResult verify_fused_vs_composed(const RunContext& c) {
   poison_outputs(a, kPoisonFused, c.stream);
   poison_outputs(b, kPoisonComposed, c.stream);
   reset_status(c);
-  quantize_dual(dual_params(c, a, a));
+  quantize(quantize_params(c, a, a, true, true));
   v.fused_status = read_status(c);
   reset_status(c);
-  quantize_dual_composed(dual_params(c, a, b), b.s_col_plain.get());
+  quantize_composed(quantize_params(c, a, b, true, true), b.workspace.get());
   v.composed_status = read_status(c);
   const std::pair<const DeviceBuffer*, const DeviceBuffer*> outputs[] = {
       {&a.q_row, &b.q_row}, {&a.s_row, &b.s_row}, {&a.q_col, &b.q_col}, {&a.s_col, &b.s_col}};
@@ -348,11 +383,10 @@ VerifyResult verify_fused_vs_composed(const RunContext& c) {
   return v;
 }
 
-// Composed on every set: valid q, plain and blocked scales everywhere, so swizzle and dequantize
-// read real data.
+// Composed on every set: valid q and scales everywhere, so dequantize reads real data.
 void prime_outputs(const RunContext& c) {
   for (const BufferSet& b : c.ws->sets())
-    quantize_dual_composed(dual_params(c, b, b), b.s_col_plain.get());
+    quantize_composed(quantize_params(c, b, b, true, true), b.workspace.get());
   MXQ_TOOL_CUDA(cudaStreamSynchronize(c.stream));
 }
 
@@ -407,9 +441,9 @@ BenchRow time_case(const BenchCase& bc, const RunContext& c, const std::vector<R
   const int expected = row.calls * min_kernels_per_call(bc.op);
   if (row.kernel_nodes < expected) {
     std::ostringstream os;
-    os << "bench: the CUDA graph of " << op_name(bc.op) << " " << bc.shape.str()
-       << " G=" << bc.groups << " holds " << row.kernel_nodes << " kernel nodes, expected at least "
-       << expected << " (" << row.calls
+    os << "the CUDA graph of " << op_name(bc.op) << " " << bc.shape.str() << " G=" << bc.groups
+       << " holds " << row.kernel_nodes << " kernel nodes, expected at least " << expected << " ("
+       << row.calls
        << " calls): the op does not launch on the caller's stream; its timing would be meaningless";
     throw std::runtime_error(os.str());
   }
@@ -445,24 +479,27 @@ std::vector<BenchCase> plan_cases(const BenchOptions& o) {
   return cases;
 }
 
+// Every option checked before the GPU is touched, in the library's words where it has the rule.
 void check_options(const BenchOptions& o, const std::vector<BenchCase>& cases) {
-  if (o.replays < 1) throw std::invalid_argument("--replays must be >= 1");
-  if (o.warmup < 0) throw std::invalid_argument("--warmup must be >= 0");
+  if (o.replays < 1)
+    throw ToolError("--replays must be at least 1, got " + std::to_string(o.replays));
+  if (o.warmup < 0) throw ToolError("--warmup must be at least 0, got " + std::to_string(o.warmup));
   for (int g : o.groups) {
     if (g < 1 || g > kMaxGroups) {
-      throw std::invalid_argument("--groups: each count must be in [1, " +
-                                  std::to_string(kMaxGroups) + "], got " + std::to_string(g));
+      throw ToolError("--groups: each count must be in [1, " + std::to_string(kMaxGroups) +
+                      "], got " + std::to_string(g));
     }
   }
   for (const BenchCase& c : cases) {
-    if (c.shape.M <= 0 || c.shape.K <= 0 || c.shape.M % kGpuAlign != 0 ||
-        c.shape.K % kGpuAlign != 0) {
-      throw std::invalid_argument("--shapes: M and K must be positive multiples of " +
-                                  std::to_string(kGpuAlign) + ", got " + c.shape.str());
+    for (const auto& [name, value] : {std::pair{"M", c.shape.M}, std::pair{"K", c.shape.K}}) {
+      if (value == 0 || value % kGpuAlign != 0) {
+        throw ToolError("--shapes " + c.shape.str() + ": " + name + " must be a " +
+                        (value == 0 ? "positive " : "") + "multiple of " +
+                        std::to_string(kGpuAlign) + " on the GPU, got " + std::to_string(value));
+      }
     }
   }
-  if (cases.empty())
-    throw std::invalid_argument("nothing to run: no shape/op/groups combination selected");
+  if (cases.empty()) throw ToolError("nothing to run: no shape/op/groups combination selected");
 }
 
 // ---- reporting ----
@@ -660,7 +697,7 @@ void write_json(const std::string& path, const RunRecord& run) {
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
   std::ofstream f(path);
   f << os.str();
-  if (!f) throw std::runtime_error("bench: could not write " + path);
+  if (!f) throw ToolError("could not write " + path);
 }
 
 void print_device(const DeviceInfo& d) {
@@ -684,13 +721,10 @@ void print_roof(const std::vector<RoofPoint>& roof, const char* when) {
 }  // namespace
 
 int run_bench(const BenchOptions& o) {
-  if (!gpu_available()) {
-    std::cerr << "mxq bench: no usable GPU (" << device_count()
-              << " CUDA devices visible, none with code in this build: " << build_info() << ")\n";
-    return kExitUnavailable;
-  }
   const std::vector<BenchCase> cases = plan_cases(o);
   check_options(o, cases);
+  const std::string no_gpu = usable_gpu_problem();
+  if (!no_gpu.empty()) throw ToolError("no usable GPU: " + no_gpu, kExitUnavailable);
   if (o.replays < 20)
     std::cout << "note: --replays " << o.replays << " is below the SPEC §10 minimum of 20\n";
 
@@ -699,6 +733,8 @@ int run_bench(const BenchOptions& o) {
   run.options = o;
   run.started = now_iso8601();
   print_device(run.device);
+  const int max_groups = o.groups.empty() ? 0 : *std::max_element(o.groups.begin(), o.groups.end());
+  for (const BenchCase& bc : cases) check_device_memory(bc.shape, max_groups, run.device.l2_bytes);
   Stream stream;
   measure_roof(run.roof, false, stream.get());
   print_roof(run.roof, "start");

@@ -1,10 +1,16 @@
 #include "common.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <ctime>
+#include <fstream>
 #include <iomanip>
+#include <iostream>
 #include <sstream>
 #include <stdexcept>
 
@@ -12,19 +18,82 @@
 
 namespace mxq::tools {
 
+namespace {
+
+// One dimension of a shape: decimal digits only, value at most kMaxDim. Digits are accumulated by
+// hand so that no length of input can overflow (std::stoll would throw std::out_of_range).
+int64_t parse_dim(const std::string& part, const char* name, const std::string& text) {
+  if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
+    throw std::invalid_argument("shape must look like MxK (e.g. 4096x4096), got \"" + text + "\"");
+  }
+  int64_t value = 0;
+  for (char c : part) {
+    value = value * 10 + (c - '0');
+    if (value > kMaxDim) {
+      throw std::invalid_argument(std::string(name) + " must be at most 2^31-1, got " + part);
+    }
+  }
+  return value;
+}
+
+}  // namespace
+
 MatrixShape parse_shape(const std::string& text) {
   const size_t sep = text.find_first_of("xX,");
-  auto parse_dim = [&](const std::string& part) -> int64_t {
-    if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
-      throw std::invalid_argument("shape must look like MxK (e.g. 4096x4096), got \"" + text +
-                                  "\"");
-    }
-    return std::stoll(part);
-  };
   if (sep == std::string::npos) {
     throw std::invalid_argument("shape must look like MxK (e.g. 4096x4096), got \"" + text + "\"");
   }
-  return {parse_dim(text.substr(0, sep)), parse_dim(text.substr(sep + 1))};
+  return {parse_dim(text.substr(0, sep), "M", text), parse_dim(text.substr(sep + 1), "K", text)};
+}
+
+uint64_t parse_seed(const std::string& text) {
+  const std::string rule = "must be a non-negative integer (0 to 2^64-1), got " + text;
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos) {
+    throw std::invalid_argument(rule);
+  }
+  uint64_t value = 0;
+  for (char c : text) {
+    const uint64_t digit = static_cast<uint64_t>(c - '0');
+    if (value > (UINT64_MAX - digit) / 10) throw std::invalid_argument(rule);
+    value = value * 10 + digit;
+  }
+  return value;
+}
+
+int64_t available_host_bytes() {
+  // MemAvailable counts reclaimable page cache too; the free-page count alone would refuse shapes
+  // that fit easily on a machine with a warm cache.
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? int64_t(pages) * page : 0;
+}
+
+namespace {
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+Phase::Phase(bool enabled, const std::string& prefix, const std::string& what)
+    : open_(enabled), start_s_(now_s()) {
+  if (open_) std::cerr << prefix << what << " ..." << std::flush;
+}
+
+void Phase::done() {
+  if (!open_) return;
+  std::cerr << " " << fixed(now_s() - start_s_, 1) << " s\n" << std::flush;
+  open_ = false;
+}
+
+Phase::~Phase() {
+  if (open_) std::cerr << " failed\n" << std::flush;
 }
 
 std::vector<uint16_t> random_bf16(const MatrixShape& shape, uint64_t seed) {

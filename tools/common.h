@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,19 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;
 constexpr int kExitUnavailable = 2;
 
+// An error the tool detected itself (a bad option value, a shape the chosen path cannot take, not
+// enough memory). main() prints what() after the subcommand's prefix ("mxq demo: "), so messages
+// never carry a prefix of their own.
+class ToolError : public std::runtime_error {
+ public:
+  explicit ToolError(const std::string& message, int exit_code = kExitFailure)
+      : std::runtime_error(message), exit_code_(exit_code) {}
+  int exit_code() const { return exit_code_; }
+
+ private:
+  int exit_code_;
+};
+
 // A logical bf16 (M, K) input shape, written "MxK" on the command line.
 struct MatrixShape {
   int64_t M = 0;
@@ -21,8 +35,34 @@ struct MatrixShape {
   int64_t elements() const { return M * K; }
   std::string str() const { return std::to_string(M) + "x" + std::to_string(K); }
 };
-// Parses "MxK" (also "M,K"); throws std::invalid_argument with the offending text.
+// Parses "MxK" (also "M,K"): two runs of decimal digits, each at most mxq::kMaxDim (2^31-1).
+// Throws std::invalid_argument with a message for users (no exception from std::stoll escapes, so
+// "99999999999999999999x64" is an error message, not an abort).
 MatrixShape parse_shape(const std::string& text);
+
+// Parses a seed: a decimal integer in [0, 2^64-1]. A leading '-' is refused rather than wrapped
+// (CLI11 would turn "-1" into 18446744073709551615 for a uint64_t option).
+uint64_t parse_seed(const std::string& text);
+
+// Bytes of physical memory this process can still allocate without swapping: MemAvailable from
+// /proc/meminfo, else the free pages sysconf reports; 0 when unknown.
+int64_t available_host_bytes();
+
+// Progress on stderr for steps that can take seconds: "mxq demo: reference ... 3.1 s". Quiet when
+// `enabled` is false, so small runs print nothing extra. The line is finished by done() or, if the
+// step throws, by the destructor (" failed"), so an error message starts on a fresh line.
+class Phase {
+ public:
+  Phase(bool enabled, const std::string& prefix, const std::string& what);
+  ~Phase();
+  Phase(const Phase&) = delete;
+  Phase& operator=(const Phase&) = delete;
+  void done();
+
+ private:
+  bool open_;
+  double start_s_;
+};
 
 // A small, fast, seedable generator (SplitMix64): the same seed gives the same tensors everywhere.
 class Rng {

@@ -3,6 +3,7 @@
 // few values decoded.
 #include "demo.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -11,11 +12,19 @@
 #include <sstream>
 
 #include "traffic.h"
+#if defined(MXQ_WITH_CUDA)
+#include "gpu.h"
+#endif
 
 namespace mxq::tools {
 
-DualOutputs DualOutputs::allocate(const MatrixShape& s, int64_t groups) {
-  DualOutputs out;
+double QuantizeOutputs::bytes(const MatrixShape& s, int64_t groups) {
+  return double(q_row_shape(s.M, s.K).bytes()) + double(s_row_shape(s.M, s.K).bytes()) +
+         double(q_col_shape(s.M, s.K).bytes()) + double(s_col_shape(s.M, s.K, groups).bytes());
+}
+
+QuantizeOutputs QuantizeOutputs::allocate(const MatrixShape& s, int64_t groups) {
+  QuantizeOutputs out;
   out.q_row.resize(static_cast<size_t>(q_row_shape(s.M, s.K).bytes()));
   out.s_row.resize(static_cast<size_t>(s_row_shape(s.M, s.K).bytes()));
   out.q_col.resize(static_cast<size_t>(q_col_shape(s.M, s.K).bytes()));
@@ -23,7 +32,7 @@ DualOutputs DualOutputs::allocate(const MatrixShape& s, int64_t groups) {
   return out;
 }
 
-std::vector<OutputView> views(const DualOutputs& out, const MatrixShape& s, int64_t groups) {
+std::vector<OutputView> views(const QuantizeOutputs& out, const MatrixShape& s, int64_t groups) {
   return {{"q_row", q_row_shape(s.M, s.K), &out.q_row},
           {"s_row", s_row_shape(s.M, s.K), &out.s_row},
           {"q_col", q_col_shape(s.M, s.K), &out.q_col},
@@ -72,7 +81,7 @@ std::string hex(uint8_t b) {
 // Byte offset of S_col[k, i] (scale column i covers rows 32i..32i+31) in s_col, or nothing when
 // those rows are in the uncovered tail of grouped mode (their colwise scales are zeroed, not
 // placed; SPEC §6).
-std::optional<int64_t> s_col_offset(int64_t k, int64_t i, const DualInput& in) {
+std::optional<int64_t> s_col_offset(int64_t k, int64_t i, const DemoInput& in) {
   if (in.offs.empty()) return blocked_offset(k, i, in.shape.M / kBlock);
   KGroup group{};
   for (int32_t end : in.offs) {
@@ -82,13 +91,13 @@ std::optional<int64_t> s_col_offset(int64_t k, int64_t i, const DualInput& in) {
   return std::nullopt;
 }
 
-int64_t s_row_offset(int64_t m, int64_t j, const DualInput& in) {
+int64_t s_row_offset(int64_t m, int64_t j, const DemoInput& in) {
   return blocked_offset(m, j, in.shape.K / kBlock);
 }
 
 // ---- the input and the reference ----
-DualInput make_input(const DemoOptions& o) {
-  DualInput in;
+DemoInput make_input(const DemoOptions& o) {
+  DemoInput in;
   in.shape = o.shape;
   in.rule = parse_scale_rounding(o.rule);
   in.x = random_bf16(o.shape, o.seed);
@@ -97,15 +106,15 @@ DualInput make_input(const DemoOptions& o) {
 }
 
 struct CpuRun {
-  DualOutputs out;
+  QuantizeOutputs out;
   double ms = 0;
 };
 
-CpuRun run_reference(const DualInput& in) {
+CpuRun run_reference(const DemoInput& in) {
   CpuRun run;
-  run.out = DualOutputs::allocate(in.shape, in.groups());
+  run.out = QuantizeOutputs::allocate(in.shape, in.groups());
   int32_t status = 0;
-  DualParams p;
+  QuantizeParams p;
   p.x = in.x.data();
   p.M = in.shape.M;
   p.K = in.shape.K;
@@ -118,7 +127,7 @@ CpuRun run_reference(const DualInput& in) {
   p.s_col = run.out.s_col.data();
   p.status = in.offs.empty() ? nullptr : &status;
   const auto start = std::chrono::steady_clock::now();
-  ref::quantize_dual(p);
+  ref::quantize(p);
   run.ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return run;
@@ -127,7 +136,7 @@ CpuRun run_reference(const DualInput& in) {
 // Recomputes `blocks` random blocks of each axis straight from numerics.h (quantize_block) and
 // looks their bytes up through layout.h: checks the reference's placement independently of its
 // loops.
-int64_t spot_check(const DualInput& in, const DualOutputs& out, int blocks, uint64_t seed) {
+int64_t spot_check(const DemoInput& in, const QuantizeOutputs& out, int blocks, uint64_t seed) {
   const int64_t M = in.shape.M;
   const int64_t K = in.shape.K;
   Rng rng(seed ^ 0x5B07ull);
@@ -143,8 +152,7 @@ int64_t spot_check(const DualInput& in, const DualOutputs& out, int blocks, uint
     // Colwise block: column k, scale column i (rows 32i..32i+31).
     const int64_t k = rng.uniform(0, K - 1);
     const int64_t i = rng.uniform(0, M / kBlock - 1);
-    const uint8_t s_col =
-        quantize_block(&in.x[size_t(i * kBlock * K + k)], static_cast<int>(K), in.rule, q);
+    const uint8_t s_col = quantize_block(&in.x[size_t(i * kBlock * K + k)], K, in.rule, q);
     if (const auto at = s_col_offset(k, i, in)) bad += out.s_col[size_t(*at)] != s_col;
     for (int t = 0; t < kBlock; ++t) bad += out.q_col[size_t(k * M + i * kBlock + t)] != q[t];
   }
@@ -163,17 +171,27 @@ std::string value_text(double v) {
   return buf;
 }
 
+// The elements print_samples shows: corners and a few interior points, clamped into the tensor
+// (a 32x32 input has no column 33) and without repeats (on a small tensor several picks coincide).
+std::vector<std::pair<int64_t, int64_t>> sample_points(int64_t M, int64_t K) {
+  const std::pair<int64_t, int64_t> wanted[] = {
+      {0, 0}, {1, 33}, {M / 3, K / 2 + 5}, {M / 2 + 7, K - 40}, {M - 1, K - 1}};
+  std::vector<std::pair<int64_t, int64_t>> points;
+  for (const auto& [m, k] : wanted) {
+    const std::pair<int64_t, int64_t> p{std::clamp<int64_t>(m, 0, M - 1),
+                                        std::clamp<int64_t>(k, 0, K - 1)};
+    if (std::find(points.begin(), points.end(), p) == points.end()) points.push_back(p);
+  }
+  return points;
+}
+
 // A few elements decoded on both axes: x, its scale byte as 2^e, its e4m3 byte and the dequantized
-// value.
-void print_samples(const DualInput& in, const DualOutputs& out) {
+// value (what mxq::dequantize returns for it).
+void print_samples(const DemoInput& in, const QuantizeOutputs& out) {
   const int64_t M = in.shape.M;
   const int64_t K = in.shape.K;
-  const int64_t picks[][2] = {
-      {0, 0}, {1, 33}, {M / 3, K / 2 + 5}, {M / 2 + 7, K - 40}, {M - 1, K - 1}};
   Table t({"element", "x", "axis", "scale byte", "scale", "q byte", "e4m3", "dequantized"});
-  for (const auto& pick : picks) {
-    const int64_t m = pick[0];
-    const int64_t k = pick[1];
+  for (const auto& [m, k] : sample_points(M, K)) {
     const std::string where = "x[" + std::to_string(m) + ", " + std::to_string(k) + "]";
     const double x = bf16_to_f32(in.x[size_t(m * K + k)]);
     auto row = [&](const char* axis, std::optional<int64_t> s_at,
@@ -184,7 +202,7 @@ void print_samples(const DualInput& in, const DualOutputs& out) {
         return;
       }
       const uint8_t s = scales[size_t(*s_at)];
-      const double deq = e4m3 * static_cast<double>(e8m0_to_f32(s));
+      const double deq = bf16_to_f32(dequantize_element(q, s));
       t.add({where, value_text(x), axis, std::to_string(s), scale_text(s), hex(q), value_text(e4m3),
              value_text(deq)});
     };
@@ -206,7 +224,7 @@ struct PathTiming {
   std::string how;
 };
 
-void print_timings(const DualInput& in, const std::vector<PathTiming>& timings) {
+void print_timings(const DemoInput& in, const std::vector<PathTiming>& timings) {
   const double bytes =
       static_cast<double>(effective_bytes(Op::kFused, in.shape.M, in.shape.K, in.groups()));
   Table t({"path", "time", "GB/s (fused bytes)", "how"});
@@ -217,7 +235,7 @@ void print_timings(const DualInput& in, const std::vector<PathTiming>& timings) 
             << t.str();
 }
 
-void print_header(const DemoOptions& o, const DualInput& in) {
+void print_header(const DemoOptions& o, const DemoInput& in) {
   std::cout << "mxq demo: x bf16 " << in.shape.str() << " ("
             << format_bytes(2.0 * in.shape.elements()) << "), rule " << to_string(in.rule)
             << ", seed " << o.seed << ", "
@@ -230,73 +248,212 @@ void print_header(const DemoOptions& o, const DualInput& in) {
   }
 }
 
+// ---- what runs, decided (and every input checked) before anything is allocated ----
+
+constexpr const char* kPrefix = "mxq demo: ";
+// From about this size the CPU reference takes seconds: each step then reports its time on stderr.
+constexpr int64_t kProgressElements = int64_t(1) << 24;
+
+// Why the GPU paths cannot run on this machine, or "" when they can.
+std::string gpu_problem() {
+#if defined(MXQ_WITH_CUDA)
+  return usable_gpu_problem();
+#else
+  return "this build has no CUDA";
+#endif
+}
+
+bool gpu_capable(const MatrixShape& s) {
+  return s.M % kGpuAlign == 0 && s.K % kGpuAlign == 0 && s.M > 0 && s.K > 0;
+}
+
+// M and K against one path's alignment, in the library's words ("M must be a multiple of 128 on the
+// GPU, got 96"). Zero is legal for the library (empty outputs) but leaves the demo nothing to show.
+void check_dims(const MatrixShape& s, int64_t align, const std::string& where,
+                const std::string& hint) {
+  for (const auto& [name, value] : {std::pair{"M", s.M}, std::pair{"K", s.K}}) {
+    if (value == 0) {
+      throw ToolError(std::string(name) + " must be at least " + std::to_string(align) + " " +
+                      where + " (an empty tensor leaves the demo nothing to show), got 0" + hint);
+    }
+    if (value % align != 0) {
+      throw ToolError(std::string(name) + " must be a multiple of " + std::to_string(align) + " " +
+                      where + ", got " + std::to_string(value) + hint);
+    }
+  }
+}
+
+// Group sizes are whole multiples of kGroupAlign rows, so M holds at most M / kGroupAlign non-empty
+// groups. More groups than that would be mostly empty: legal for the library, but almost certainly
+// not what was meant, so the demo refuses and says how many fit.
+void check_groups(const DemoOptions& o) {
+  if (o.groups == 0) return;
+  const int64_t M = o.shape.M;
+  const int64_t fit = M / kGroupAlign;
+  const std::string rule = "group sizes are multiples of " + std::to_string(kGroupAlign) +
+                           " rows, so M=" + std::to_string(M) + " holds ";
+  if (fit == 0) {
+    throw ToolError("--groups needs M of at least " + std::to_string(kGroupAlign) + ": " + rule +
+                    "no group");
+  }
+  if (o.groups > fit) {
+    throw ToolError("--groups " + std::to_string(o.groups) + " is too many for M=" +
+                    std::to_string(M) + ": " + rule + "at most " + std::to_string(fit) +
+                    " (pass --groups " + std::to_string(fit) + " or fewer, or a larger M)");
+  }
+}
+
+// The host memory the run needs, against what the machine has free: a shape that cannot fit is
+// refused with the numbers instead of failing inside an allocation.
+void check_host_memory(const DemoOptions& o, bool use_gpu) {
+  const double input = 2.0 * double(o.shape.elements());
+  const double outputs = QuantizeOutputs::bytes(o.shape, o.groups);
+  // The reference's outputs, plus one GPU path's copy while it is compared.
+  const double needed = input + outputs * (use_gpu ? 2 : 1);
+  const int64_t available = available_host_bytes();
+  if (available <= 0 || needed <= double(available)) return;
+  throw ToolError(o.shape.str() + " needs about " + format_bytes(needed) +
+                  " of host memory (input " + format_bytes(input) + ", outputs " +
+                  format_bytes(outputs) +
+                  (use_gpu ? " twice: the reference's and a GPU copy" : "") + "), but only " +
+                  format_bytes(double(available)) + " is available; use a smaller shape");
+}
+
+#if defined(MXQ_WITH_CUDA)
+void check_gpu_memory(const DemoOptions& o) {
+  const double needed = gpu_bytes_needed(o.shape, o.groups);
+  const double free = gpu_bytes_free();
+  if (needed <= free) return;
+  throw ToolError(o.shape.str() + " needs about " + format_bytes(needed) +
+                  " of GPU memory (input, outputs and the composed workspace), but only " +
+                  format_bytes(free) + " is free on the GPU; use a smaller shape, or --cpu");
+}
+#endif
+
+struct DemoPlan {
+  bool use_gpu = false;
+  std::string note;  // which paths run and why, printed under the header
+};
+
+DemoPlan plan_demo(const DemoOptions& o) {
+  DemoPlan plan;
+  const std::string no_gpu = o.cpu_only ? "" : gpu_problem();
+  plan.use_gpu = !o.cpu_only && no_gpu.empty();
+  if (plan.use_gpu) {
+    // A GPU is here and --cpu was not given: the GPU paths are what the user asked to see, so a
+    // shape they cannot take is an error, not a quiet switch to the CPU.
+    check_dims(o.shape, kGpuAlign, "on the GPU",
+               ". The GPU kernels take M and K in multiples of " + std::to_string(kGpuAlign) +
+                   "; pass --cpu to run the CPU reference alone (multiples of " +
+                   std::to_string(kCpuAlign) + ")");
+  } else {
+    check_dims(o.shape, kCpuAlign, "on the CPU reference", "");
+    if (o.cpu_only) {
+      plan.note = "--cpu: running the CPU reference only";
+    } else {
+      plan.note = "no usable GPU (" + no_gpu +
+                  "): running the CPU reference only, the GPU paths are not checked";
+      if (!gpu_capable(o.shape)) {
+        plan.note += "\nnote: on a GPU this shape would be refused: M and K must be multiples of " +
+                     std::to_string(kGpuAlign) + " there";
+      }
+    }
+  }
+  check_groups(o);
+  check_host_memory(o, plan.use_gpu);
+#if defined(MXQ_WITH_CUDA)
+  if (plan.use_gpu) check_gpu_memory(o);
+#endif
+  return plan;
+}
+
+// Runs `step` and, for large inputs, reports it on stderr: "mxq demo: reference ... 3.1 s".
+template <typename Step>
+auto timed_step(bool progress, const std::string& what, Step&& step) {
+  Phase phase(progress, kPrefix, what);
+  auto result = step();
+  phase.done();
+  return result;
+}
+
+// ---- the comparison table ----
+
+struct Report {
+  std::vector<std::string> header{"output", "shape", "bytes"};
+  std::vector<std::vector<std::string>> rows;  // one per output
+  std::vector<PathTiming> timings;
+  bool ok = true;
+};
+
+#if defined(MXQ_WITH_CUDA)
+// One GPU path: run it, compare its four outputs byte for byte with the reference's.
+void check_gpu_path(GpuPath path, const DemoInput& in, const QuantizeOutputs& want, int repeats,
+                    bool progress, Report& report) {
+  const GpuRun run = timed_step(progress, std::string("GPU ") + path_name(path),
+                                [&] { return run_gpu(in, path, repeats); });
+  report.header.push_back(std::string(path_name(path)) + " vs reference: mismatches");
+  const auto got = views(run.out, in.shape, in.groups());
+  const auto expected = views(want, in.shape, in.groups());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const Mismatch mm = compare_bytes(*expected[i].bytes, *got[i].bytes);
+    report.ok &= mm.count == 0;
+    report.rows[i].push_back(describe(mm));
+  }
+  if (run.status != 0) {
+    report.ok = false;
+    std::cout << path_name(path) << ": status word " << describe_status(run.status) << "\n";
+  }
+  report.timings.push_back({std::string("GPU ") + path_name(path), median(run.times_ms),
+                            "cudaEvent, median of " + std::to_string(run.times_ms.size())});
+}
+#endif
+
 }  // namespace
 
 int run_demo(const DemoOptions& o) {
-  const DualInput in = make_input(o);
+  const DemoPlan plan = plan_demo(o);
+  const bool progress = o.shape.elements() >= kProgressElements;
+  const DemoInput in =
+      timed_step(progress, "random input " + o.shape.str(), [&] { return make_input(o); });
   print_header(o, in);
-  const bool gpu_present = !o.cpu_only && gpu_available();
-  const bool gpu_shape = in.shape.M % kGpuAlign == 0 && in.shape.K % kGpuAlign == 0;
-  const bool use_gpu = gpu_present && gpu_shape;
-  if (o.cpu_only) {
-    std::cout << "--cpu: using the CPU reference only\n";
-  } else if (!gpu_present) {
-    std::cout << "no GPU: using the CPU reference\n";
-  } else if (!gpu_shape) {
-    std::cout << "M and K are not multiples of " << kGpuAlign
-              << " (the GPU kernels' alignment): using the CPU reference only\n";
-  }
+  if (!plan.note.empty()) std::cout << plan.note << "\n";
 
-  const CpuRun cpu = run_reference(in);
+  const CpuRun cpu = timed_step(progress, "CPU reference", [&] { return run_reference(in); });
   const int64_t spot_bad = spot_check(in, cpu.out, 256, o.seed);
-  std::vector<PathTiming> timings{{"CPU reference", cpu.ms, "wall clock, 1 run"}};
-  bool ok = spot_bad == 0;
-
-  std::vector<std::string> header{"output", "shape", "bytes"};
-  std::vector<std::vector<std::string>> cells;
+  Report report;
+  report.timings.push_back({"CPU reference", cpu.ms, "wall clock, 1 run"});
+  report.ok = spot_bad == 0;
   for (const auto& v : views(cpu.out, in.shape, in.groups())) {
-    cells.push_back({v.name, std::to_string(v.shape.rows) + " x " + std::to_string(v.shape.cols),
-                     format_bytes(double(v.shape.bytes()))});
+    report.rows.push_back({v.name,
+                           std::to_string(v.shape.rows) + " x " + std::to_string(v.shape.cols),
+                           format_bytes(double(v.shape.bytes()))});
   }
 #if defined(MXQ_WITH_CUDA)
-  if (use_gpu) {
-    for (DualPath path : {DualPath::kFused, DualPath::kComposed}) {
-      const GpuDualRun run = run_gpu_dual(in, path, o.repeats);
-      header.push_back(std::string(path_name(path)) + " vs reference: mismatches");
-      const auto got = views(run.out, in.shape, in.groups());
-      const auto want = views(cpu.out, in.shape, in.groups());
-      for (size_t i = 0; i < want.size(); ++i) {
-        const Mismatch mm = compare_bytes(*want[i].bytes, *got[i].bytes);
-        ok &= mm.count == 0;
-        cells[i].push_back(describe(mm));
-      }
-      if (run.status != 0) {
-        ok = false;
-        std::cout << path_name(path) << ": status word " << describe_status(run.status) << "\n";
-      }
-      timings.push_back({std::string("GPU ") + path_name(path), median(run.times_ms),
-                         "cudaEvent, median of " + std::to_string(run.times_ms.size())});
+  if (plan.use_gpu) {
+    for (GpuPath path : {GpuPath::kFused, GpuPath::kComposed}) {
+      check_gpu_path(path, in, cpu.out, o.repeats, progress, report);
     }
   }
 #endif
-  Table outputs(header);
-  for (auto& row : cells) outputs.add(row);
+  Table outputs(report.header);
+  for (auto& row : report.rows) outputs.add(row);
   std::cout << "\nOutputs"
-            << (use_gpu ? " (GPU outputs poisoned with 0xA5 before the checked run)" : "") << ":\n"
+            << (plan.use_gpu ? " (GPU outputs poisoned with 0xA5 before the checked run)" : "")
+            << ":\n"
             << outputs.str();
   std::cout
       << "Spot check of the reference (256 random blocks per axis recomputed from numerics.h): "
       << (spot_bad == 0 ? "ok" : std::to_string(spot_bad) + " mismatching bytes") << "\n";
   print_samples(in, cpu.out);
-  print_timings(in, timings);
-  if (!ok) {
+  print_timings(in, report.timings);
+  if (!report.ok) {
     std::cout << "\nFAILED: byte mismatches (see above)\n";
-  } else if (use_gpu) {
+  } else if (plan.use_gpu) {
     std::cout << "\nOK: fused and composed GPU outputs byte-exact with the CPU reference\n";
   } else {
     std::cout << "\nOK: CPU reference spot check passed (no GPU outputs to compare)\n";
   }
-  return ok ? kExitOk : kExitFailure;
+  return report.ok ? kExitOk : kExitFailure;
 }
 
 }  // namespace mxq::tools

@@ -22,7 +22,7 @@ struct DemoOptions {
 int run_demo(const DemoOptions& options);
 
 // The input of one demo run, on the host.
-struct DualInput {
+struct DemoInput {
   MatrixShape shape;
   ScaleRounding rule = ScaleRounding::kRceil;
   std::vector<uint16_t> x;    // bf16 bits, row-major (M, K)
@@ -30,10 +30,12 @@ struct DualInput {
   int64_t groups() const { return static_cast<int64_t>(offs.size()); }
 };
 
-// The four outputs of quantize_dual, on the host, sized as the API says (layout.h).
-struct DualOutputs {
+// The four outputs of a two-axis quantize, on the host, sized as the API says (layout.h).
+struct QuantizeOutputs {
   std::vector<uint8_t> q_row, s_row, q_col, s_col;
-  static DualOutputs allocate(const MatrixShape& s, int64_t groups);
+  static QuantizeOutputs allocate(const MatrixShape& s, int64_t groups);
+  // What allocate() asks for, computed without allocating (the demo's memory check).
+  static double bytes(const MatrixShape& s, int64_t groups);
 };
 
 // One named output for tables and comparisons.
@@ -42,18 +44,22 @@ struct OutputView {
   Shape2d shape;
   const std::vector<uint8_t>* bytes;
 };
-std::vector<OutputView> views(const DualOutputs& out, const MatrixShape& s, int64_t groups);
+std::vector<OutputView> views(const QuantizeOutputs& out, const MatrixShape& s, int64_t groups);
 
 #if defined(MXQ_WITH_CUDA)
-// The two GPU paths of the demo (demo_gpu.cpp).
-enum class DualPath { kFused, kComposed };
-const char* path_name(DualPath path);
-struct GpuDualRun {
-  DualOutputs out;               // from a run into outputs poisoned with 0xA5 first
+// The two GPU paths of the demo (demo_gpu.cpp): mxq::quantize and mxq::quantize_composed.
+enum class GpuPath { kFused, kComposed };
+const char* path_name(GpuPath path);
+struct GpuRun {
+  QuantizeOutputs out;           // from a run into outputs poisoned with 0xA5 first
   std::vector<double> times_ms;  // one per timed run, cudaEvent elapsed time
   int32_t status = 0;            // grouped: the status word (0 = offs well formed)
 };
-GpuDualRun run_gpu_dual(const DualInput& in, DualPath path, int repeats);
+// Device memory one path needs for this input (input, outputs, the composed workspace), and what
+// the current device has free; the demo refuses a shape that does not fit before allocating.
+double gpu_bytes_needed(const MatrixShape& s, int64_t groups);
+double gpu_bytes_free();
+GpuRun run_gpu(const DemoInput& in, GpuPath path, int repeats);
 #endif
 
 }  // namespace mxq::tools

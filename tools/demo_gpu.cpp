@@ -1,5 +1,6 @@
-// The GPU half of `mxq demo` (built only with CUDA): run quantize_dual or quantize_dual_composed on
-// a copy of the input, bring the four outputs back, and time the path with cudaEvents.
+// The GPU half of `mxq demo` (built only with CUDA): run mxq::quantize (fused) or
+// mxq::quantize_composed on a copy of the input, bring the four outputs back, and time the path
+// with cudaEvents.
 #include <algorithm>
 
 #include "demo.h"
@@ -7,18 +8,30 @@
 
 namespace mxq::tools {
 
-const char* path_name(DualPath path) { return path == DualPath::kFused ? "fused" : "composed"; }
+const char* path_name(GpuPath path) { return path == GpuPath::kFused ? "fused" : "composed"; }
+
+double gpu_bytes_needed(const MatrixShape& s, int64_t groups) {
+  return 2.0 * double(s.elements()) + QuantizeOutputs::bytes(s, groups) +
+         double(composed_workspace_bytes(s.M, s.K)) + double(groups) * sizeof(int32_t);
+}
+
+double gpu_bytes_free() {
+  size_t free = 0;
+  size_t total = 0;
+  MXQ_TOOL_CUDA(cudaMemGetInfo(&free, &total));
+  return double(free);
+}
 
 namespace {
 
 // An output byte a kernel forgot to write shows up as a mismatch.
 constexpr uint8_t kPoison = 0xA5;
 
-// Device copies of the input and the four outputs of one dual run.
-struct DeviceDual {
+// Device copies of the input and the four outputs of one run (and the composed path's workspace).
+struct DeviceRun {
   DeviceBuffer x, offs, status, q_row, s_row, q_col, s_col, workspace;
 
-  DeviceDual(const DualInput& in, cudaStream_t stream)
+  DeviceRun(const DemoInput& in, cudaStream_t stream)
       : x(in.x.size() * sizeof(uint16_t)),
         offs(in.offs.size() * sizeof(int32_t)),
         status(sizeof(int32_t)),
@@ -34,8 +47,8 @@ struct DeviceDual {
     }
   }
 
-  DualParams params(const DualInput& in, cudaStream_t stream) const {
-    DualParams p;
+  QuantizeParams params(const DemoInput& in, cudaStream_t stream) const {
+    QuantizeParams p;
     p.x = x.get();
     p.M = in.shape.M;
     p.K = in.shape.K;
@@ -57,8 +70,8 @@ struct DeviceDual {
     }
   }
 
-  DualOutputs download(const DualInput& in, cudaStream_t stream) const {
-    DualOutputs out = DualOutputs::allocate(in.shape, in.groups());
+  QuantizeOutputs download(const DemoInput& in, cudaStream_t stream) const {
+    QuantizeOutputs out = QuantizeOutputs::allocate(in.shape, in.groups());
     const std::pair<const DeviceBuffer*, std::vector<uint8_t>*> pairs[] = {
         {&q_row, &out.q_row}, {&s_row, &out.s_row}, {&q_col, &out.q_col}, {&s_col, &out.s_col}};
     for (const auto& [device, host] : pairs) {
@@ -70,21 +83,21 @@ struct DeviceDual {
   }
 };
 
-void launch(DualPath path, const DualParams& p, const DeviceDual& d) {
-  if (path == DualPath::kFused) {
-    quantize_dual(p);
+void launch(GpuPath path, const QuantizeParams& p, const DeviceRun& d) {
+  if (path == GpuPath::kFused) {
+    quantize(p);
   } else {
-    quantize_dual_composed(p, d.workspace.get());
+    quantize_composed(p, d.workspace.get());
   }
 }
 
 }  // namespace
 
-GpuDualRun run_gpu_dual(const DualInput& in, DualPath path, int repeats) {
+GpuRun run_gpu(const DemoInput& in, GpuPath path, int repeats) {
   Stream stream;
-  const DeviceDual d(in, stream.get());
-  const DualParams p = d.params(in, stream.get());
-  GpuDualRun run;
+  const DeviceRun d(in, stream.get());
+  const QuantizeParams p = d.params(in, stream.get());
+  GpuRun run;
 
   // ---- the checked run: poisoned outputs, one call ----
   d.poison(stream.get());

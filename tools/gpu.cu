@@ -6,13 +6,18 @@
 #include <sstream>
 
 #include "gpu.h"
+#include "mxq/mxq.h"
 
 namespace mxq::tools {
 
-void cuda_fail(const char* call, cudaError_t err, const char* file, int line) {
+void cuda_fail(const char* call, cudaError_t err) {
+  // Name the runtime function only ("cudaMalloc"), not the whole expression: the message is for
+  // users, and the arguments mean nothing to them.
+  const std::string expression(call);
+  const std::string function = expression.substr(0, expression.find('('));
   std::ostringstream os;
-  os << "CUDA error " << cudaGetErrorName(err) << " (" << cudaGetErrorString(err) << ") in " << call
-     << " (" << file << ":" << line << ")";
+  os << "CUDA error in " << function << ": " << cudaGetErrorString(err) << " ("
+     << cudaGetErrorName(err) << ")";
   throw std::runtime_error(os.str());
 }
 
@@ -62,6 +67,12 @@ int device_count() {
     return 0;
   }
   return count;
+}
+
+std::string usable_gpu_problem() {
+  if (gpu_available()) return "";
+  if (device_count() == 0) return "no CUDA device is visible";
+  return "the CUDA device has no kernels in this build (" + build_info() + ")";
 }
 
 DeviceInfo query_device() {

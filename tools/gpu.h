@@ -9,16 +9,17 @@
 #include <string>
 #include <utility>
 
-// Throws std::runtime_error naming the call, the CUDA error and file:line.
-#define MXQ_TOOL_CUDA(call)                                                                      \
-  do {                                                                                           \
-    const cudaError_t tool_err_ = (call);                                                        \
-    if (tool_err_ != cudaSuccess) ::mxq::tools::cuda_fail(#call, tool_err_, __FILE__, __LINE__); \
+// Throws std::runtime_error naming the runtime function and the CUDA error ("CUDA error in
+// cudaMalloc: out of memory (cudaErrorMemoryAllocation)"); no file paths, the message is for users.
+#define MXQ_TOOL_CUDA(call)                                                  \
+  do {                                                                       \
+    const cudaError_t tool_err_ = (call);                                    \
+    if (tool_err_ != cudaSuccess) ::mxq::tools::cuda_fail(#call, tool_err_); \
   } while (0)
 
 namespace mxq::tools {
 
-[[noreturn]] void cuda_fail(const char* call, cudaError_t err, const char* file, int line);
+[[noreturn]] void cuda_fail(const char* call, cudaError_t err);
 
 // One cudaMalloc'd allocation; move-only.
 class DeviceBuffer {
@@ -91,6 +92,8 @@ struct DeviceInfo {
 };
 DeviceInfo query_device();
 int device_count();  // 0 when there is no device or no driver
+// Why mxq's GPU entry points cannot run here ("no CUDA device is visible"), or "" when they can.
+std::string usable_gpu_problem();
 
 // Fills n bf16 values with hash-random data, uniform in (-1, 1) times 2^e, e in [-12, 12] per 32x32
 // tile of an (n / cols, cols) matrix: every block gets its own scale, like random_bf16 on the host

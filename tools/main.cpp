@@ -1,10 +1,15 @@
 // mxq: the command-line tool. Subcommands:
-//   mxq demo   quantize a random tensor, check GPU bytes against the CPU reference, show values
-//              and times
-//   mxq bench  the SPEC §10 benchmark (CUDA builds only), JSON under benchmarks/results/
-//   mxq info   build facts and the visible devices
+//   mxq demo     quantize a random tensor, check GPU bytes against the CPU reference, show values
+//                and times
+//   mxq bench    the SPEC §10 benchmark (CUDA builds only), JSON under benchmarks/results/
+//   mxq info     build facts and the visible devices
+//   mxq version  the version (also `mxq --version`)
+//
+// Errors: every message goes to stderr as one line starting "mxq <subcommand>: " (or "mxq: " before
+// a subcommand is known), exit code 1; a subcommand this build or machine cannot run exits 2.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <new>
 
 #include "bench.h"
 #include "common.h"
@@ -17,7 +22,7 @@
 namespace mxq::tools {
 namespace {
 
-// CLI11 validator for "MxK".
+// CLI11 validator for "MxK": its message becomes "--shape: <why>".
 const CLI::Validator kShapeValidator(
     [](std::string& text) {
       try {
@@ -31,45 +36,85 @@ const CLI::Validator kShapeValidator(
 
 const CLI::Validator kRuleValidator = CLI::IsMember({"rceil", "floor"});
 
-void add_demo(CLI::App& app, DemoOptions& o, std::string& shape) {
-  CLI::App* demo = app.add_subcommand("demo",
-                                      "Quantize a random bf16 tensor on both axes; check GPU "
-                                      "outputs byte-exact against the CPU reference");
-  demo->add_option("--shape", shape,
-                   "Input shape MxK (multiples of 128 for the GPU, 32 for the CPU)")
+// The seed is taken as text and parsed by parse_seed: a uint64_t option would accept "-1" and wrap
+// it to 18446744073709551615 without a word.
+CLI::Option* add_seed(CLI::App* app, std::string& seed, const char* help) {
+  return app->add_option("--seed", seed, help)
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            try {
+              parse_seed(text);
+              return std::string();
+            } catch (const std::invalid_argument& e) {
+              return std::string(e.what());
+            }
+          },
+          "UINT64", "seed"))
+      ->capture_default_str();
+}
+
+std::string op_list() {
+  std::string names;
+  for (Op op : kAllOps) names += std::string(names.empty() ? "" : ",") + op_name(op);
+  return names;
+}
+
+struct Args {
+  DemoOptions demo;
+  std::string demo_shape = demo.shape.str();
+  std::string demo_seed = std::to_string(demo.seed);
+  BenchOptions bench;
+  std::vector<std::string> bench_shapes;
+  std::vector<std::string> bench_ops;
+  std::string bench_seed = std::to_string(bench.seed);
+};
+
+void add_demo(CLI::App& app, Args& a) {
+  DemoOptions& o = a.demo;
+  CLI::App* demo = app.add_subcommand(
+      "demo",
+      "Quantize a random bf16 tensor on both axes; check the fused and composed GPU outputs "
+      "byte-exact against the CPU reference. With a GPU, M and K must be multiples of 128; "
+      "without one (or with --cpu) only the CPU reference runs, on multiples of 32.");
+  demo->add_option("--shape", a.demo_shape,
+                   "Input shape MxK: multiples of 128 on a GPU, of 32 with --cpu or without a "
+                   "GPU; each at most 2^31-1, and the buffers must fit in memory")
       ->check(kShapeValidator)
       ->capture_default_str();
   demo->add_option("--rule", o.rule, "Scale rounding rule")
       ->check(kRuleValidator)
       ->capture_default_str();
   demo->add_option("--groups", o.groups,
-                   "Grouped (MoE) mode with G random 128-multiple groups; 0 = dense")
+                   "Grouped (MoE) mode with G random groups whose sizes are multiples of 128 "
+                   "rows, so G is at most M/128 (more is refused). When G >= 2 one group is left "
+                   "empty on purpose (legal: an expert with no tokens), and when M >= 256 rows "
+                   "past the last group form an uncovered tail. 0 = dense")
       ->check(CLI::Range(0, kMaxGroups))
       ->capture_default_str();
-  demo->add_option("--seed", o.seed, "Random seed of the input and the groups")
-      ->capture_default_str();
+  add_seed(demo, a.demo_seed, "Random seed of the input and the groups (0 to 2^64-1)");
   demo->add_option("--repeats", o.repeats, "Timed GPU runs per path (median shown)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  demo->add_flag("--cpu", o.cpu_only, "Use the CPU reference only, even when a GPU is present");
+  demo->add_flag("--cpu", o.cpu_only,
+                 "Run the CPU reference only, even when a GPU is present (the only way to run "
+                 "a shape the GPU cannot take on a GPU machine)");
 }
 
-void add_bench(CLI::App& app, BenchOptions& o, std::vector<std::string>& shapes,
-               std::vector<std::string>& ops) {
+void add_bench(CLI::App& app, Args& a) {
+  BenchOptions& o = a.bench;
   CLI::App* bench = app.add_subcommand(
       "bench", "Time every op under CUDA-graph replay against a copy roof (SPEC §10)");
   bench
-      ->add_option("--shapes", shapes,
-                   "Comma-separated MxK shapes (default: 8192x2048,8192x7168,32768x2048,32768x7168,"
-                   "131072x2048,131072x7168,512x4096)")
+      ->add_option("--shapes", a.bench_shapes,
+                   "Comma-separated MxK shapes, multiples of 128 (default: 8192x2048,8192x7168,"
+                   "32768x2048,32768x7168,131072x2048,131072x7168,512x4096)")
       ->delimiter(',')
       ->check(kShapeValidator);
-  bench
-      ->add_option(
-          "--ops", ops,
-          "Comma-separated ops: rowwise,colwise,composed,fused,swizzle,dequantize (default all)")
+  std::vector<std::string> names;
+  for (Op op : kAllOps) names.push_back(op_name(op));
+  bench->add_option("--ops", a.bench_ops, "Comma-separated ops: " + op_list() + " (default all)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"rowwise", "colwise", "composed", "fused", "swizzle", "dequantize"}));
+      ->check(CLI::IsMember(names));
   bench
       ->add_option("--groups", o.groups,
                    "Comma-separated group counts for the grouped runs (dense always runs)")
@@ -95,8 +140,7 @@ void add_bench(CLI::App& app, BenchOptions& o, std::vector<std::string>& shapes,
   bench->add_option("--rule", o.rule, "Scale rounding rule")
       ->check(kRuleValidator)
       ->capture_default_str();
-  bench->add_option("--seed", o.seed, "Random seed of the inputs and the groups")
-      ->capture_default_str();
+  add_seed(bench, a.bench_seed, "Random seed of the inputs and the groups (0 to 2^64-1)");
 }
 
 int run_info() {
@@ -129,10 +173,60 @@ int run_bench_command(BenchOptions o, const std::vector<std::string>& shapes,
   return run_bench(o);
 #else
   (void)o, (void)shapes, (void)ops, (void)groups_given;
-  std::cerr << "mxq bench: this build has no CUDA (nvcc was not found at configure time); "
-               "rebuild on a machine with the CUDA toolkit. `mxq demo` runs the CPU reference.\n";
-  return kExitUnavailable;
+  throw ToolError(
+      "this build has no CUDA (nvcc was not found at configure time); rebuild on a machine with "
+      "the CUDA toolkit. `mxq demo` runs the CPU reference.",
+      kExitUnavailable);
 #endif
+}
+
+// The subcommand named on the command line ("demo"), or "" when none is. Taken from argv rather
+// than from CLI11's state, which is incomplete when parsing failed part-way.
+std::string named_subcommand(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (!arg.empty() && arg[0] == '-') continue;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      if (sub->get_name() == arg) return arg;
+    }
+    break;
+  }
+  return "";
+}
+
+// Runs the chosen subcommand; every exception becomes one message and an exit code.
+int dispatch(CLI::App& app, Args& a, const std::string& prefix) {
+  try {
+    if (app.got_subcommand("demo")) {
+      a.demo.shape = parse_shape(a.demo_shape);
+      a.demo.seed = parse_seed(a.demo_seed);
+      return run_demo(a.demo);
+    }
+    if (app.got_subcommand("bench")) {
+      a.bench.seed = parse_seed(a.bench_seed);
+      const bool groups_given = app.get_subcommand("bench")->count("--groups") > 0;
+      return run_bench_command(a.bench, a.bench_shapes, a.bench_ops, groups_given);
+    }
+    if (app.got_subcommand("version")) {
+      std::cout << "mxq " << version() << "\n";
+      return kExitOk;
+    }
+    return run_info();
+  } catch (const ToolError& e) {
+    std::cerr << prefix << e.what() << "\n";
+    return e.exit_code();
+  } catch (const Error& e) {
+    // The library's own message ("mxq::quantize: M must be ..."); a build without CUDA or a device
+    // without kernels is unavailable rather than failed.
+    std::cerr << prefix << e.what() << "\n";
+    return e.kind() == Error::Kind::kUnsupported ? kExitUnavailable : kExitFailure;
+  } catch (const std::bad_alloc&) {
+    std::cerr << prefix << "out of host memory; use a smaller shape\n";
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    std::cerr << prefix << e.what() << "\n";
+    return kExitFailure;
+  }
 }
 
 }  // namespace
@@ -142,31 +236,24 @@ int main(int argc, char** argv) {
   using namespace mxq::tools;
   CLI::App app{"mxq: MXFP8 (e4m3 + E8M0, 32-element blocks) quantization of bf16 tensors"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("mxq ") + mxq::version(), "Print the version");
 
-  DemoOptions demo;
-  std::string demo_shape = demo.shape.str();
-  add_demo(app, demo, demo_shape);
-
-  BenchOptions bench;
-  std::vector<std::string> bench_shapes;
-  std::vector<std::string> bench_ops;
-  add_bench(app, bench, bench_shapes, bench_ops);
-
+  Args args;
+  add_demo(app, args);
+  add_bench(app, args);
   app.add_subcommand("info", "Print build facts and the visible CUDA devices");
+  app.add_subcommand("version", "Print the version");
 
-  CLI11_PARSE(app, argc, argv);
+  // Every error message starts with this, once: "mxq demo: ", or "mxq: " before a subcommand.
+  const std::string sub = named_subcommand(app, argc, argv);
+  const std::string command = sub.empty() ? "mxq" : "mxq " + sub;
   try {
-    if (app.got_subcommand("demo")) {
-      demo.shape = parse_shape(demo_shape);
-      return run_demo(demo);
-    }
-    if (app.got_subcommand("bench")) {
-      const bool groups_given = app.get_subcommand("bench")->count("--groups") > 0;
-      return run_bench_command(bench, bench_shapes, bench_ops, groups_given);
-    }
-    return run_info();
-  } catch (const std::exception& e) {
-    std::cerr << "mxq: error: " << e.what() << "\n";
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version arrive here too, with exit code 0: CLI11 prints those itself.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::cerr << command << ": " << e.what() << " (see `" << command << " --help`)\n";
     return kExitFailure;
   }
+  return dispatch(app, args, command + ": ");
 }

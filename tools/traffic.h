@@ -4,15 +4,15 @@
 //
 // x is bf16 (M, K); G = 0 is dense, G > 0 grouped (the K-groups s_col allocation is larger).
 //   op          read                       written                              B/elem
-//   fused       x (2)                      q_row + q_col (1 + 1), s_row, s_col   ~4.06
 //   rowwise     x (2)                      q_row (1), s_row                      ~3.03
-//   colwise     x (2)                      q_col (1), plain S_col                ~3.03
-//   swizzle     plain S_col                s_col                                 ~0.06
-//   composed    rowwise + colwise + swizzle (x read twice, plain scales
-//               written and read back)                                           ~6.1
+//   colwise     x (2)                      q_col (1), s_col (blocked/K-groups)   ~3.03
+//   fused       x (2)                      q_row + q_col (1 + 1), s_row, s_col   ~4.06
+//   composed    three kernels: rowwise; colwise writing plain S_col into the
+//               workspace; swizzle reading it back and writing s_col. x is read
+//               twice, plain scales written and read once more              ~6.1
 //   dequantize  dense: q_row (1), s_row    bf16 (2)                              ~3.03
 //               grouped: q_col (1), K-groups s_col
-// "Effective" bytes of a dual-axis op are the fused count: the useful work, whatever path does it.
+// "Effective" bytes of a two-axis op are the fused count: the useful work, whatever path does it.
 // Peers in shared/anchors are quoted that way, so fused and composed compare on effective TB/s.
 #pragma once
 
@@ -24,9 +24,8 @@
 
 namespace mxq::tools {
 
-enum class Op { kRowwise, kColwise, kComposed, kFused, kSwizzle, kDequantize };
-constexpr Op kAllOps[] = {Op::kRowwise, Op::kColwise, Op::kComposed,
-                          Op::kFused,   Op::kSwizzle, Op::kDequantize};
+enum class Op { kRowwise, kColwise, kFused, kComposed, kDequantize };
+constexpr Op kAllOps[] = {Op::kRowwise, Op::kColwise, Op::kFused, Op::kComposed, Op::kDequantize};
 
 inline const char* op_name(Op op) {
   switch (op) {
@@ -38,8 +37,6 @@ inline const char* op_name(Op op) {
       return "composed";
     case Op::kFused:
       return "fused";
-    case Op::kSwizzle:
-      return "swizzle";
     case Op::kDequantize:
       return "dequantize";
   }
@@ -53,9 +50,10 @@ inline std::optional<Op> parse_op(const std::string& name) {
   return std::nullopt;
 }
 
-// Rowwise and colwise ops do not take offs: their grouped output is the dense one, so they run
-// dense only.
-inline bool op_supports_groups(Op op) { return op != Op::kRowwise && op != Op::kColwise; }
+// Rowwise scales in the M-groups layout are byte-identical to the dense ones (128-multiple groups),
+// so a grouped rowwise run would repeat the dense row: rowwise runs dense only. Every other op's
+// grouped output differs (K-groups s_col).
+inline bool op_supports_groups(Op op) { return op != Op::kRowwise; }
 // Ops producing all four outputs; their effective bytes are the fused count.
 inline bool op_is_dual(Op op) { return op == Op::kFused || op == Op::kComposed; }
 
@@ -63,11 +61,6 @@ struct Traffic {
   int64_t read = 0;
   int64_t written = 0;
   int64_t total() const { return read + written; }
-  Traffic& operator+=(const Traffic& o) {
-    read += o.read;
-    written += o.written;
-    return *this;
-  }
 };
 
 inline Traffic op_traffic(Op op, int64_t M, int64_t K, int64_t groups) {
@@ -77,20 +70,15 @@ inline Traffic op_traffic(Op op, int64_t M, int64_t K, int64_t groups) {
   const int64_t s_col = s_col_shape(M, K, groups).bytes();
   const int64_t s_col_plain = s_col_plain_shape(M, K).bytes();
   switch (op) {
-    case Op::kFused:
-      return {x_bytes, 2 * elems + s_row + s_col};
     case Op::kRowwise:
       return {x_bytes, elems + s_row};
     case Op::kColwise:
-      return {x_bytes, elems + s_col_plain};
-    case Op::kSwizzle:
-      return {s_col_plain, s_col};
-    case Op::kComposed: {
-      Traffic t = op_traffic(Op::kRowwise, M, K, groups);
-      t += op_traffic(Op::kColwise, M, K, groups);
-      t += op_traffic(Op::kSwizzle, M, K, groups);
-      return t;
-    }
+      return {x_bytes, elems + s_col};
+    case Op::kFused:
+      return {x_bytes, 2 * elems + s_row + s_col};
+    case Op::kComposed:
+      // rowwise kernel + colwise kernel (plain scales) + swizzle kernel (plain -> s_col).
+      return {x_bytes + x_bytes + s_col_plain, (elems + s_row) + (elems + s_col_plain) + s_col};
     case Op::kDequantize:
       return {elems + (groups == 0 ? s_row : s_col), 2 * elems};
   }
