@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The tests, as README.md's "Run the tests" documents and .ci/run runs them (run scripts/setup.sh once first).
+#
+#   scripts/test.sh [cpp] [python] [lint]        (default: all three, in this order)
+#
+#   cpp     cmake --preset release, build everything (the CUDA kernels too when nvcc is found), ctest --preset
+#           release: the CPU suites run, the GPU suites skip without a GPU (counted in one line, not listed)
+#   python  a virtual environment ($MXQ_VENV, default .venv) with torch from PyPI and the build requirements,
+#           pip install --no-build-isolation ., pytest tests/python (CUDA tests skip without a CUDA device)
+#   lint    scripts/lint.sh: clang-format over the C++/CUDA sources, ruff over the Python
+#
+# Every phase runs even when an earlier one failed; the exit status is non-zero when any failed. Each phase's
+# time is printed, and a summary at the end. MXQ_REQUIRE_CUDA=1 (CI sets it) fails the cpp and python phases
+# when the CUDA sources were not compiled.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+VENV=${MXQ_VENV:-$ROOT/.venv}
+# Python packages for the python and lint phases. ruff is pinned: its formatter's output is part of the check.
+PY_PACKAGES=(torch scikit-build-core cmake ninja pytest "ruff==0.17.6")
+phases=("$@")
+[ ${#phases[@]} -gt 0 ] || phases=(cpp python lint)
+for p in "${phases[@]}"; do
+  case $p in cpp | python | lint) ;; *) echo "test.sh: unknown phase '$p' (cpp, python, lint)"; exit 2 ;; esac
+done
+
+banner() { printf '\n==== %s  [%s]\n' "$1" "$(date +%T)"; }
+
+# The venv with torch and the build/test/lint tools, made on first use and reused after.
+venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    echo "python: creating $VENV"
+    python3 -m venv "$VENV" || return 1
+    echo '*' >"$VENV/.gitignore"  # keep it out of git status, as newer Pythons' venv does
+  fi
+  # shellcheck disable=SC1091
+  . "$VENV/bin/activate"
+  echo "python: pip install ${PY_PACKAGES[*]} (torch from PyPI is large the first time)"
+  python -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+}
+
+# ctest lists every test; without a GPU ~500 of them are GPU tests that skip. Passed and skipped tests are
+# counted instead of listed; failures, their output and ctest's summary are printed as ctest writes them.
+phase_cpp() {
+  cmake --preset release && cmake --build --preset release || return 1
+  if [ "${MXQ_REQUIRE_CUDA:-0}" = 1 ] && [ ! -x build/tests/cpp/mxq_gpu_tests ]; then
+    echo "cpp: the CUDA sources were not compiled (no nvcc found?) and MXQ_REQUIRE_CUDA=1"; return 1
+  fi
+  local log=build/ctest.log rc
+  ctest --preset release 2>&1 | tee "$log" |
+    grep -vE '^ +Start +[0-9]+: |Test +#[0-9]+: .*( Passed|\*\*\*Skipped) +[0-9.]+ sec$|^'$'\t''[0-9]+ - .*\(Skipped\)$|^The following tests did not run:$'
+  rc=${PIPESTATUS[0]}
+  echo "ctest: $(grep -cE 'Test +#[0-9]+: .* Passed ' "$log") passed, $(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped ' "$log")" \
+    "skipped (GPU tests skip without a GPU; full log: $log)"
+  return "$rc"
+}
+
+phase_python() {
+  venv || return 1
+  python -c 'import torch; print(f"python: torch {torch.__version__}, CUDA device: {torch.cuda.is_available()}")'
+  echo "python: pip install --no-build-isolation ."
+  python -m pip install -q --disable-pip-version-check --no-build-isolation . || return 1
+  if [ "${MXQ_REQUIRE_CUDA:-0}" = 1 ]; then
+    # The extension's CUDA half compiles only with nvcc and a CUDA-enabled torch (PyPI's is).
+    python -c 'import mxq, sys; sys.exit(0 if mxq.has_cuda_kernels() else 1)' ||
+      { echo "python: the extension was built without its CUDA impls and MXQ_REQUIRE_CUDA=1"; return 1; }
+  fi
+  local rc
+  python -m pytest -q -rfE -p no:cacheprovider tests/python
+  rc=$?
+  if [ "$rc" = 5 ]; then echo "pytest: no tests were collected (exit 5): that is a failure here"; fi
+  return "$rc"
+}
+
+phase_lint() {
+  venv || return 1
+  scripts/lint.sh
+}
+
+declare -A took result
+status=0
+for p in "${phases[@]}"; do
+  banner "$p"
+  t=$SECONDS
+  if "phase_$p"; then result[$p]=ok; else result[$p]=FAILED; status=1; fi
+  took[$p]=$((SECONDS - t))
+  echo "---- $p: ${result[$p]} in ${took[$p]} s"
+done
+banner "summary"
+for p in "${phases[@]}"; do printf '  %-7s %-7s %5d s\n' "$p" "${result[$p]}" "${took[$p]}"; done
+exit $status
