@@ -62,11 +62,11 @@ class CliTest(unittest.TestCase):
         r = run("demo", "--shape", f"{M}x{K}", *args)
         where = self.check_clean(r, 0)
         self.assertIn("\nOK: ", r.stdout, where)
-        points = [(int(m), int(k)) for m, k in re.findall(r"x\[(\d+), (\d+)\]", r.stdout)]
+        points = [(int(m), int(k)) for m, k in re.findall(r"x\[(-?\d+), (-?\d+)\]", r.stdout)]
         self.assertTrue(points, "no sample coordinates printed: " + where)
         for m, k in points:
-            self.assertLess(m, M, f"sample row {m} outside M={M}: " + where)
-            self.assertLess(k, K, f"sample column {k} outside K={K}: " + where)
+            self.assertTrue(0 <= m < M, f"sample row {m} outside M={M}: " + where)
+            self.assertTrue(0 <= k < K, f"sample column {k} outside K={K}: " + where)
         self.assertIn((M - 1, K - 1), points, "the last element is not shown: " + where)
         return r
 
