@@ -21,13 +21,26 @@
 
 namespace mxq {
 
-constexpr int kAtomRows = 128;    // rows of one blocked scale atom
-constexpr int kAtomCols = 4;      // scale columns of one atom
-constexpr int kAtomBytes = 512;   // kAtomRows * kAtomCols
-constexpr int kMaxGroups = 1024;  // largest G accepted in grouped mode
+constexpr int kAtomRows = 128;                    // rows of one blocked scale atom
+constexpr int kAtomCols = 4;                      // scale columns of one atom
+constexpr int kAtomBytes = kAtomRows * kAtomCols;  // 512
+constexpr int kMaxGroups = 1024;                  // largest G accepted in grouped mode
+// Group boundaries (offs entries) must be multiples of this on every path for now: a group then
+// owns whole 128-row atoms of s_row, so the M-groups layout is the dense one (docs/numerics.md §6).
+constexpr int kGroupAlign = kAtomRows;
+static_assert(kAtomRows % kBlock == 0, "an atom holds whole 32-row blocks");
+static_assert(kAtomCols * kBlock == kAtomRows, "a 128x128 tile has one 128x4 scale atom per axis");
 
-MXQ_HD constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-MXQ_HD constexpr int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
+// Integer helpers, also for symbolic sizes (the torch layer's Meta impl calls the shape formulas
+// below with c10::SymInt).
+template <typename Int>
+MXQ_HD constexpr Int ceil_div(const Int& a, int64_t b) {
+  return (a + (b - 1)) / b;
+}
+template <typename Int>
+MXQ_HD constexpr Int round_up(const Int& a, int64_t b) {
+  return ceil_div(a, b) * b;
+}
 
 // Byte offset of S[r, c] inside an atom (0..511). Kernels call it with unsigned in-tile indices.
 template <typename Int>
@@ -43,27 +56,67 @@ MXQ_HD constexpr int64_t blocked_offset(int64_t r, int64_t c, int64_t cols) {
 }
 
 // A 2-D byte shape: the torch layer allocates exactly this, the C++ API sizes buffers with bytes().
-struct Shape2d {
-  int64_t rows = 0;
-  int64_t cols = 0;
-  MXQ_HD constexpr int64_t bytes() const { return rows * cols; }
+template <typename Int>
+struct Extent2d {
+  Int rows;
+  Int cols;
+  MXQ_HD constexpr Int bytes() const { return rows * cols; }
 };
+using Shape2d = Extent2d<int64_t>;
 
-MXQ_HD constexpr Shape2d blocked_shape(int64_t rows, int64_t cols) {
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> blocked_shape(const Int& rows, const Int& cols) {
   return {round_up(rows, kAtomRows), round_up(cols, kAtomCols)};
 }
 
-// ---- shapes of every output, x of logical shape (M, K) ----
-MXQ_HD constexpr Shape2d q_row_shape(int64_t M, int64_t K) { return {M, K}; }
-MXQ_HD constexpr Shape2d q_col_shape(int64_t M, int64_t K) { return {K, M}; }  // physical (K, M)
-MXQ_HD constexpr Shape2d s_row_plain_shape(int64_t M, int64_t K) { return {M, K / kBlock}; }
-MXQ_HD constexpr Shape2d s_col_plain_shape(int64_t M, int64_t K) { return {K, M / kBlock}; }
-// Rowwise scales, blocked (dense, and M-groups with 128-multiple groups).
-MXQ_HD constexpr Shape2d s_row_shape(int64_t M, int64_t K) { return blocked_shape(M, K / kBlock); }
-// Colwise scales: dense blocked when num_groups == 0, else the K-groups allocation.
+// ---- shapes of every output, x of logical shape (M, K): the one place they are written ----
+// (Int = int64_t for the core, the reference and the tools; c10::SymInt for the torch layer.)
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> q_row_shape(const Int& M, const Int& K) {
+  return {M, K};
+}
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> q_col_shape(const Int& M, const Int& K) {  // physical (K, M)
+  return {K, M};
+}
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> s_row_plain_shape(const Int& M, const Int& K) {
+  return {M, K / kBlock};
+}
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> s_col_plain_shape(const Int& M, const Int& K) {
+  return {K, M / kBlock};
+}
+// Rowwise scales, blocked (dense, and M-groups with kGroupAlign-multiple groups).
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> s_row_shape(const Int& M, const Int& K) {
+  return blocked_shape(M, K / kBlock);
+}
+// Colwise scales: dense blocked without groups (grouped = false), else the K-groups allocation
+// (roundup(K,128), M/32 + 4G), which holds any offs without a host sync.
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> s_col_shape(const Int& M, const Int& K, const Int& num_groups,
+                                           bool grouped) {
+  if (!grouped) return blocked_shape(K, M / kBlock);
+  return {round_up(K, kAtomRows), M / kBlock + kAtomCols * num_groups};
+}
+// The int64 form: num_groups == 0 means dense.
 MXQ_HD constexpr Shape2d s_col_shape(int64_t M, int64_t K, int64_t num_groups = 0) {
-  return num_groups == 0 ? blocked_shape(K, M / kBlock)
-                         : Shape2d{round_up(K, kAtomRows), M / kBlock + kAtomCols * num_groups};
+  return s_col_shape<int64_t>(M, K, num_groups, num_groups != 0);
+}
+
+// ---- expert weights W (G, N, K): each expert's (N, K) matrix quantized on its own ----
+// Rowwise along K: data (G, N, K), scales the blocked layout of each expert's (N, K/32) matrix,
+// experts one after another. Colwise along N: data (G, K, N) (each expert transposed), scales the
+// blocked layout of each expert's (K, N/32) matrix. The 2-D shapes are those
+// torch._scaled_grouped_mm checks for a 3-D operand.
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> weight_s_row_shape(const Int& G, const Int& N, const Int& K) {
+  return {G, s_row_shape(N, K).bytes()};
+}
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> weight_s_col_shape(const Int& G, const Int& N, const Int& K) {
+  return {G, blocked_shape(K, N / kBlock).bytes()};
 }
 
 // ---- K-groups placement ----

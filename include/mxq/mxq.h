@@ -1,18 +1,25 @@
 // mxq public C++ API: MXFP8 quantization of a bf16 (M, K) tensor on raw device pointers and a
-// cudaStream_t.
+// cudaStream_t. Contract: docs/numerics.md.
 //
-// Every op has a params struct with named fields. The GPU entry points (namespace mxq) enqueue work
-// on params.stream and never synchronize; the bit-exact CPU reference (namespace mxq::ref) takes
-// the same structs with host pointers. Every op validates its arguments first and throws mxq::Error
-// naming the argument and the offending value; nothing is written when it throws. Contract:
-// docs/numerics.md.
+// One entry point quantizes: mxq::quantize(p) runs one kernel that reads x once and writes the
+// outputs whose pointers are set — rowwise (q_row, s_row), colwise (q_col, s_col), or all four. A
+// null data/scale pair skips that axis. mxq::ref::quantize(p) is the bit-exact CPU reference of
+// the same call (host pointers). mxq::quantize_composed(p, workspace) is the three-kernel baseline
+// the fused kernel replaces (benchmarks compare against it).
 //
-//   mxq::DualParams p;
+//   mxq::QuantizeParams p;
 //   p.x = x; p.M = M; p.K = K;                       // bf16, row-major, device memory
-//   p.q_row = q_row; p.s_row = s_row;                // sizes: mxq::q_row_shape(M, K).bytes(), ...
+//   p.q_row = q_row; p.s_row = s_row;                // bytes: mxq::q_row_shape(M, K).bytes(), ...
 //   p.q_col = q_col; p.s_col = s_col;
 //   p.stream = stream;
-//   mxq::quantize_dual(p);                           // one read of x, four outputs
+//   mxq::quantize(p);                                // one read of x, four outputs
+//
+// Every entry point validates its arguments before anything is launched or written and throws
+// mxq::Error with a message for users: the op, the argument, the rule and the value
+// ("mxq::quantize: K must be a multiple of 128 on the GPU, got 100"). GPU entry points enqueue on
+// p.stream and never synchronize. Pointers must be device memory of the current device: mxq does
+// not query pointer attributes per call (that costs microseconds on every call); the torch layer
+// checks tensor devices.
 #pragma once
 
 #include <cstdint>
@@ -28,108 +35,112 @@ typedef struct CUstream_st* cudaStream_t;
 
 namespace mxq {
 
-// Thrown for every invalid argument and every CUDA failure; what() names the argument and its
-// value.
+// Every error mxq raises. what() is the whole message ("mxq::quantize: M must be ..."); message()
+// is the part after the op name, so a binding can put its own op name in front.
 class Error : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  enum class Kind {
+    kInvalidArgument,  // a bad argument: shape, alignment, pointer, group count, rule
+    kUnsupported,      // a missing capability: no CUDA in this build, no code for this device
+    kCuda,             // the CUDA runtime failed
+  };
+  Error(Kind kind, const std::string& op, const std::string& message)
+      : std::runtime_error(op.empty() ? message : op + ": " + message),
+        kind_(kind),
+        message_(message) {}
+  Kind kind() const { return kind_; }
+  const std::string& message() const { return message_; }
+
+ private:
+  Kind kind_;
+  std::string message_;
 };
 
 // Parses the exact strings "rceil" and "floor"; anything else throws (no silent fallback).
 ScaleRounding parse_scale_rounding(const std::string& name);
 const char* to_string(ScaleRounding rule);
 
-// Bits of the device status word that grouped kernels write on every call (0 = offs well formed).
+// Bits of the device status word that grouped ops write on every call (0 = offs well formed).
 // A malformed offs is clamped on the device so that no write leaves the outputs, and reported here.
 enum StatusBits : int32_t {
   kOffsDecreasing = 1,  // offs[g] < offs[g-1] (or offs[0] < 0)
   kOffsBeyondM = 2,     // offs[g] > M
   kOffsMisaligned = 4,  // a group boundary not a multiple of kGroupAlign
 };
-constexpr int64_t kGroupAlign = 128;  // group sizes must be multiples of this (seed scope, SPEC §6)
 std::string describe_status(int32_t status);
 
-// ---- x -> rowwise 1x32: q_row (M, K) e4m3 and s_row blocked (s_row_shape) ----
-struct RowwiseParams {
-  const void* x = nullptr;  // bf16 (M, K), row-major
+// ---- quantize: x -> rowwise 1x32 and/or colwise 32x1 (docs/numerics.md §5-§6) ----
+struct QuantizeParams {
+  const void* x = nullptr;  // bf16 (M, K), row-major, 16-byte aligned
   int64_t M = 0;
   int64_t K = 0;
   ScaleRounding rounding = ScaleRounding::kRceil;
-  uint8_t* q_row = nullptr;
-  uint8_t* s_row = nullptr;
+  const int32_t* offs = nullptr;  // optional: grouped (MoE) mode, G cumulative end offsets along M
+  int64_t num_groups = 0;         // G; 0 without offs
+  uint8_t* q_row = nullptr;       // q_row_shape(M, K): e4m3 (M, K)
+  uint8_t* s_row = nullptr;       // s_row_shape(M, K): blocked (= M-groups for aligned groups)
+  uint8_t* q_col = nullptr;       // q_col_shape(M, K): e4m3 (K, M), row k = column k of x
+  uint8_t* s_col = nullptr;       // s_col_shape(M, K, G): blocked, or K-groups with offs
+  int32_t* status = nullptr;      // optional with offs: written with StatusBits on every call
   cudaStream_t stream = nullptr;
+
+  bool rowwise() const { return q_row != nullptr || s_row != nullptr; }
+  bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
 
-// ---- x -> colwise 32x1: q_col (K, M) e4m3 (row k = column k of x) and plain S_col (K, M/32) ----
-struct ColwiseParams {
-  const void* x = nullptr;
-  int64_t M = 0;
-  int64_t K = 0;
-  ScaleRounding rounding = ScaleRounding::kRceil;
-  uint8_t* q_col = nullptr;
-  uint8_t* s_col_plain = nullptr;  // s_col_plain_shape(M, K), row-major
-  cudaStream_t stream = nullptr;
-};
-
-// ---- plain colwise scales S_col (K, M/32) -> blocked (offs absent) or K-groups layout ----
-struct SwizzleParams {
-  const uint8_t* s_col_plain = nullptr;
-  int64_t M = 0;  // tokens: S_col has M/32 columns
-  int64_t K = 0;  // S_col rows
-  const int32_t* offs =
-      nullptr;  // optional: G cumulative token end offsets (device memory on the GPU)
-  int64_t num_groups = 0;
-  uint8_t* s_col = nullptr;   // s_col_shape(M, K, num_groups)
-  int32_t* status = nullptr;  // optional (grouped): written with StatusBits on every call
-  cudaStream_t stream = nullptr;
-};
-
-// ---- x -> all four outputs (SPEC §5-§6): fused (quantize_dual) or composed
-// (quantize_dual_composed) ----
-struct DualParams {
-  const void* x = nullptr;
-  int64_t M = 0;
-  int64_t K = 0;
-  ScaleRounding rounding = ScaleRounding::kRceil;
-  const int32_t* offs = nullptr;  // optional: grouped mode
-  int64_t num_groups = 0;
-  uint8_t* q_row = nullptr;
-  uint8_t* s_row = nullptr;  // s_row_shape(M, K)
-  uint8_t* q_col = nullptr;
-  uint8_t* s_col = nullptr;   // s_col_shape(M, K, num_groups)
-  int32_t* status = nullptr;  // optional (grouped): written with StatusBits on every call
-  cudaStream_t stream = nullptr;
-};
-
-// ---- e4m3 data (rows, cols) + blocked scales of (rows, cols/32) -> bf16 (rows, cols) ----
+// ---- dequantize: e4m3 data (rows, cols) + blocked scales of (rows, cols/32) -> bf16 ----
 // Rowwise: q_row (M, K) with s_row. Colwise: q_col (K, M) with s_col; pass offs for the K-groups
-// layout. out = bf16(e4m3(q) * 2^(s-127)), the fp32 product rounded once; s = 255 gives NaN.
+// layout (cols are tokens; tokens past the last group give +0). out = bf16(e4m3(q) * 2^(s-127)),
+// the fp32 product rounded once; s = 255 gives NaN.
 struct DequantizeParams {
   const uint8_t* q = nullptr;
   const uint8_t* scales = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
-  const int32_t* offs = nullptr;  // optional: scales in the K-groups layout (cols are tokens)
+  const int32_t* offs = nullptr;  // optional: scales in the K-groups layout
   int64_t num_groups = 0;
   void* out = nullptr;        // bf16 (rows, cols)
-  int32_t* status = nullptr;  // optional (grouped)
+  int32_t* status = nullptr;  // optional with offs
   cudaStream_t stream = nullptr;
 };
 
-// ---- GPU entry points (throw if mxq was built without CUDA or the device has no code) ----
-void quantize_rowwise(const RowwiseParams& p);
-void quantize_colwise(const ColwiseParams& p);
-void swizzle_col_scales(const SwizzleParams& p);
-void quantize_dual(const DualParams& p);
-// The three-kernel composition: rowwise, colwise into `workspace`, swizzle. workspace holds
-// composed_workspace_bytes(M, K) bytes of device memory.
-void quantize_dual_composed(const DualParams& p, void* workspace);
+// ---- expert weights: W (G, N, K) -> per expert, rowwise along K and colwise along N ----
+// (docs/numerics.md §12.) G = 1 is a dense Linear's (N, K) weight. N and K multiples of 32.
+enum class WeightScaling : int32_t {
+  k1x32 = 0,   // each axis its own 32-element blocks (two scale sets, two byte sets)
+  k32x32 = 1,  // one scale per 32x32 tile: q_col is exactly the per-expert transpose of q_row
+};
+struct QuantizeWeightParams {
+  const void* w = nullptr;  // (G, N, K) row-major, 16-byte aligned
+  DType dtype = DType::kBFloat16;
+  int64_t G = 0;
+  int64_t N = 0;
+  int64_t K = 0;
+  ScaleRounding rounding = ScaleRounding::kRceil;
+  WeightScaling scaling = WeightScaling::k32x32;
+  uint8_t* q_row = nullptr;  // (G, N, K) e4m3
+  uint8_t* s_row = nullptr;  // weight_s_row_shape(G, N, K)
+  uint8_t* q_col = nullptr;  // (G, K, N) e4m3
+  uint8_t* s_col = nullptr;  // weight_s_col_shape(G, N, K)
+  cudaStream_t stream = nullptr;  // a null data/scale pair skips that axis, as in QuantizeParams
+};
+
+// ---- GPU entry points (throw Error::Kind::kUnsupported without CUDA or device code) ----
+// The fused kernel: one read of x, the requested axes.
+void quantize(const QuantizeParams& p);
+// The baseline composition (backend "composed"): rowwise kernel, colwise kernel writing plain
+// scales into `workspace` (composed_workspace_bytes(M, K) bytes of device memory), swizzle kernel.
+// Both axes are required. Byte-identical to quantize().
+void quantize_composed(const QuantizeParams& p, void* workspace);
 int64_t composed_workspace_bytes(int64_t M, int64_t K);
 void dequantize(const DequantizeParams& p);
+void quantize_weight(const QuantizeWeightParams& p);
 
 // Host-side checker for users who want an exception: copies offs to the host (synchronizes the
 // stream) and throws mxq::Error describing the first malformed entry.
 void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream);
+// The same rules on host memory (what validate_offs runs after its copy).
+void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M);
 // Reads a status word written by a grouped op (synchronizes) and throws if it is not 0.
 void check_status(const int32_t* status_device, cudaStream_t stream);
 
@@ -137,20 +148,18 @@ void check_status(const int32_t* status_device, cudaStream_t stream);
 bool gpu_available();
 // Build facts: version, CUDA toolkit, architectures compiled.
 std::string build_info();
+const char* version();
 
-// ---- alignment each path needs (validated; SPEC §9) ----
-constexpr int64_t kCpuAlign = 32;  // the reference: M and K multiples of 32
-constexpr int64_t kGpuAlign =
-    128;  // the kernels: M and K multiples of 128 (one 128x128 tile per CTA)
+// ---- limits (validated; docs/numerics.md §9) ----
+constexpr int64_t kCpuAlign = kBlock;     // the reference: M and K multiples of 32
+constexpr int64_t kGpuAlign = kAtomRows;  // the kernels: M and K multiples of one 128x128 tile
 constexpr int64_t kMaxDim = 2147483647;
 
 namespace ref {
 // The bit-exact CPU reference: same params, host pointers, stream ignored. Multithreaded.
-void quantize_rowwise(const RowwiseParams& p);
-void quantize_colwise(const ColwiseParams& p);
-void swizzle_col_scales(const SwizzleParams& p);
-void quantize_dual(const DualParams& p);
+void quantize(const QuantizeParams& p);
 void dequantize(const DequantizeParams& p);
+void quantize_weight(const QuantizeWeightParams& p);
 }  // namespace ref
 
 }  // namespace mxq

@@ -22,6 +22,11 @@ namespace mxq {
 
 enum class ScaleRounding : int32_t { kRceil = 0, kFloor = 1 };
 
+// Input element types. Every input widens to fp32 exactly before the block math (docs/numerics.md
+// §2), so one contract serves all three.
+enum class DType : int32_t { kBFloat16 = 0, kFloat16 = 1, kFloat32 = 2 };
+constexpr int dtype_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
+
 constexpr int kBlock = 32;                // elements per scale block, both axes
 constexpr uint8_t kE8m0Nan = 0xFF;        // scale byte of a block holding NaN or Inf
 constexpr uint8_t kE4m3Nan = 0x7F;        // data byte mxq writes for NaN

@@ -3,11 +3,11 @@
 ``import mxq`` loads the compiled extension, which registers ``torch.ops.mxq.*`` (schemas, CUDA, CPU-reference
 and Meta impls; see torch_ext/ops.cpp). The typed Python API:
 
-    mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="cuda")
+    mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="fused")
     mxq.dequantize(q, scales, offs=None)
     mxq.validate_offs(offs, M)
     mxq.MXFP8Linear(...)                      # mxq.linear
-    mxq.testing                               # a pure-torch reference written from the SPEC
+    mxq.testing                               # a pure-torch reference written from docs/numerics.md
 
 Set MXQ_TORCH_LIBRARY to a built libmxq_torch.so to use a build tree instead of the installed library.
 """

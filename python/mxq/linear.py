@@ -1,12 +1,12 @@
-"""MXFP8Linear: y = x Wᵀ (+ b) with every GEMM operand in MXFP8 (SPEC §11).
+"""MXFP8Linear: y = x Wᵀ (+ b) with every GEMM operand in MXFP8 (docs/numerics.md §11).
 
     GEMM                 A operand                      B operand
     forward  y  = x Wᵀ   x rowwise (1x32 along K)       W rowwise (along K)
     dgrad    dx = dy W   dy rowwise (along N)           W colwise (32x1 along N)
     wgrad    dW = dyᵀ x  dy colwise (along M)           x colwise (along M)
 
-dy is needed on both axes at once; ``activation_quantization_backend`` picks how: ``"cuda"`` (default) runs the
-composed path (rowwise kernel, colwise kernel, swizzle), ``"fused"`` the one-read fused kernel. Both give the same
+dy is needed on both axes at once; ``activation_quantization_backend`` picks how: ``"fused"`` (default) is the
+one-read fused kernel, ``"composed"`` the three-kernel baseline (rowwise kernel, colwise kernel, swizzle). Both give the same
 bytes, so outputs and gradients are bitwise identical. x's colwise copy comes from the high-precision x saved for
 backward (``x_colwise="high_precision"``), or is produced in forward by the dual quantization and saved instead of
 x (``"quantized"``); colwise data never comes from re-quantizing rowwise bytes. W's colwise copy is quantized from
@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 _ops = torch.ops.mxq
-_BACKENDS = ("cuda", "fused")
+_BACKENDS = ("fused", "composed")
 _X_COLWISE = ("high_precision", "quantized")
 _GEMMS = ("auto", "emulated", "scaled_mm")
 
@@ -50,7 +50,7 @@ def mx_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, gemm: str = "auto") 
 
 
 def _dual(t: Tensor, backend: str, scaling_mode: str):
-    op = _ops.quantize_1x32_32x1 if backend == "fused" else _ops.quantize_1x32_32x1_composed
+    op = _ops.quantize if backend == "fused" else _ops.quantize_composed
     return op(t, 32, scaling_mode, None)
 
 
@@ -62,9 +62,9 @@ class _MXFP8LinearFunction(torch.autograd.Function):
             q_x, s_x, q_x_col, s_x_col = _dual(x, backend, scaling_mode)
             ctx.save_for_backward(q_x_col, s_x_col, w)
         else:
-            q_x, s_x = _ops.quantize_1x32(x, 32, scaling_mode, None)
+            q_x, s_x = _ops.quantize_rowwise(x, 32, scaling_mode, None)
             ctx.save_for_backward(x, w)
-        q_w, s_w = _ops.quantize_1x32(w, 32, scaling_mode, None)
+        q_w, s_w = _ops.quantize_rowwise(w, 32, scaling_mode, None)
         ctx.config = (backend, x_colwise, scaling_mode, gemm)
         return mx_gemm(q_x, s_x, q_w, s_w, gemm)  # (M, N)
 
@@ -79,11 +79,11 @@ class _MXFP8LinearFunction(torch.autograd.Function):
         q_dy, s_dy, q_dy_col, s_dy_col = _dual(dy, backend, scaling_mode)  # (M, N) on both axes, one call
         dx = dw = None
         if ctx.needs_input_grad[0]:
-            q_w_col, s_w_col = _ops.quantize_32x1(w, 32, scaling_mode, None)  # physical (K, N), along N
+            q_w_col, s_w_col = _ops.quantize_colwise(w, 32, scaling_mode, None)  # physical (K, N), along N
             dx = mx_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, gemm)  # (M, N) · (K, N)ᵀ = (M, K)
         if ctx.needs_input_grad[1]:
             if x_colwise != "quantized":
-                q_x_col, s_x_col = _ops.quantize_32x1(x, 32, scaling_mode, None)  # physical (K, M)
+                q_x_col, s_x_col = _ops.quantize_colwise(x, 32, scaling_mode, None)  # physical (K, M)
             dw = mx_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, gemm)  # (N, M) · (K, M)ᵀ = (N, K)
         return dx, dw, None, None, None, None
 
@@ -103,7 +103,7 @@ class MXFP8Linear(nn.Linear):
         device=None,
         dtype=None,
         *,
-        activation_quantization_backend: str = "cuda",
+        activation_quantization_backend: str = "fused",
         x_colwise: str = "high_precision",
         scaling_mode: str = "rceil",
         gemm: str = "auto",
@@ -111,7 +111,7 @@ class MXFP8Linear(nn.Linear):
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         if activation_quantization_backend not in _BACKENDS:
             raise ValueError(
-                f'MXFP8Linear: activation_quantization_backend must be "cuda" or "fused", '
+                f'MXFP8Linear: activation_quantization_backend must be "fused" or "composed", '
                 f"got {activation_quantization_backend!r}"
             )
         if x_colwise not in _X_COLWISE:

@@ -1,4 +1,4 @@
-"""A small pure-torch MXFP8 reference written from the SPEC (§2-§6), independently of the C++ reference.
+"""A small pure-torch MXFP8 reference written from docs/numerics.md (§2-§6), independently of the C++ reference.
 
 Tests compare the kernels with both this module and the ops' CPU dispatch (the C++ reference), so a misreading of
 the contract in one of them shows up against the other. Everything runs on the CPU in plain fp32/int32 torch ops:
@@ -10,7 +10,7 @@ the contract in one of them shows up against the other. Everything runs on the C
     q = e4m3(fl32(v * r)): torch's RNE cast after an explicit clamp to +-448 (torch's own cast turns overflow
         into NaN), NaN written as 0x7F
 
-Layouts: blocked (SPEC §5) through reshape/permute of 128x4 atoms; K-groups and M-groups (SPEC §6) by placing
+Layouts: blocked (docs/numerics.md §5) through reshape/permute of 128x4 atoms; K-groups and M-groups (docs/numerics.md §6) by placing
 each group's blocked sub-matrix. Scale and data tensors are returned as uint8 (raw bytes), or with the op's
 dtypes from :func:`quantize`.
 """
@@ -26,7 +26,7 @@ from torch import Tensor
 BLOCK = 32
 ATOM_ROWS = 128
 ATOM_COLS = 4
-RCEIL_INV448_BITS = 0x3B124925  # fp32 rounding of 1/448 (SPEC §3)
+RCEIL_INV448_BITS = 0x3B124925  # fp32 rounding of 1/448 (docs/numerics.md §3)
 E4M3_MAX = 448.0
 E4M3_NAN = 0x7F
 E8M0_NAN = 255
@@ -44,7 +44,7 @@ def _f32(bits: int) -> Tensor:
 
 
 def scale_from_d(d: Tensor, scaling_mode: str) -> Tensor:
-    """E8M0 byte (int32 tensor) from the fp32 ``d`` of SPEC §3: RCEIL rounds d up to a power of two without
+    """E8M0 byte (int32 tensor) from the fp32 ``d`` of docs/numerics.md §3: RCEIL rounds d up to a power of two without
     saturation (zero/subnormal d: 1 iff d > 2^-127), FLOOR takes its exponent; NaN/Inf give 255."""
     bits = d.contiguous().view(torch.int32)
     exponent = (bits >> 23) & 0xFF
@@ -59,7 +59,7 @@ def scale_from_d(d: Tensor, scaling_mode: str) -> Tensor:
 
 
 def scale_bytes(amax: Tensor, scaling_mode: str) -> Tensor:
-    """E8M0 scale byte (int32 tensor, 0..255) from fp32 ``amax`` >= +0 or NaN/Inf (SPEC §3): d is a multiply,
+    """E8M0 scale byte (int32 tensor, 0..255) from fp32 ``amax`` >= +0 or NaN/Inf (docs/numerics.md §3): d is a multiply,
     never a divide."""
     if scaling_mode == "rceil":
         d = amax * _f32(RCEIL_INV448_BITS)
@@ -112,7 +112,7 @@ def quantize_colwise_plain(x: Tensor, scaling_mode: str = "rceil") -> tuple[Tens
     return q.reshape(K, M), s
 
 
-# ---- layouts (SPEC §5-§6) ----
+# ---- layouts (docs/numerics.md §5-§6) ----
 
 
 def to_blocked(S: Tensor) -> Tensor:
@@ -151,7 +151,7 @@ def _offs_list(offs) -> list[int]:
 
 
 def to_kgroups(S_col: Tensor, offs, M: int) -> Tensor:
-    """K-groups layout (SPEC §6) of S_col (K, M/32): group g's scale columns [offs[g-1]/32, offs[g]/32) blocked
+    """K-groups layout (docs/numerics.md §6) of S_col (K, M/32): group g's scale columns [offs[g-1]/32, offs[g]/32) blocked
     on their own, padded to Q_g = roundup(c_g, 4) columns, regions contiguous from byte 0; the uncovered tail and
     the slack stay 0. Shape (roundup(K,128), M/32 + 4G)."""
     offs = check_offs(_offs_list(offs), M)
@@ -208,7 +208,7 @@ def quantize(
     x: Tensor, scaling_mode: str = "rceil", offs: Tensor | None = None
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(q_row, s_row, q_col, s_col) on the CPU with the dtypes, shapes and strides of
-    torch.ops.mxq.quantize_1x32_32x1 (q_col is the (1, M)-strided view of the (K, M) array)."""
+    torch.ops.mxq.quantize (q_col is the (1, M)-strided view of the (K, M) array)."""
     if x.dtype != torch.bfloat16 or x.dim() != 2:
         raise ValueError(f"x must be a 2-D bf16 tensor, got {x.dtype} {tuple(x.shape)}")
     M, K = x.shape

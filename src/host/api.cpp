@@ -1,9 +1,11 @@
-// The public entry points: validate (SPEC §9), then launch. The CPU reference lives in src/ref/.
+// The public entry points: validate (docs/numerics.md §9), then launch. The CPU reference lives in
+// src/ref/.
 #include <sstream>
 
 #include "../kernels/launch.h"
 #include "check.h"
 #include "mxq/mxq.h"
+#include "offs.h"
 #include "validate.h"
 
 namespace mxq {
@@ -11,12 +13,15 @@ namespace mxq {
 ScaleRounding parse_scale_rounding(const std::string& name) {
   if (name == "rceil") return ScaleRounding::kRceil;
   if (name == "floor") return ScaleRounding::kFloor;
-  MXQ_CHECK(false, "mxq: scaling_mode must be \"rceil\" or \"floor\", got \"", name, "\"");
+  detail::fail(Error::Kind::kInvalidArgument, "scaling_mode must be \"rceil\" or \"floor\", got \"",
+               name, "\"");
 }
 
 const char* to_string(ScaleRounding rule) {
   return rule == ScaleRounding::kFloor ? "floor" : "rceil";
 }
+
+const char* version() { return MXQ_VERSION; }
 
 std::string describe_status(int32_t status) {
   if (status == 0) return "ok";
@@ -24,65 +29,51 @@ std::string describe_status(int32_t status) {
   os << "malformed offs (status " << status << "):";
   if (status & kOffsDecreasing) os << " offsets decrease (or are negative);";
   if (status & kOffsBeyondM) os << " an offset exceeds M;";
-  if (status & kOffsMisaligned)
-    os << " a group boundary is not a multiple of " << kGroupAlign << ";";
+  if (status & kOffsMisaligned) os << " a group boundary is not a multiple of " << kGroupAlign << ";";
   return os.str();
 }
 
 int64_t composed_workspace_bytes(int64_t M, int64_t K) { return s_col_plain_shape(M, K).bytes(); }
 
-void quantize_rowwise(const RowwiseParams& p) {
-  detail::validate(p, detail::kGpu);
-  if (p.M == 0 || p.K == 0) return;
-  detail::require_supported_device();
-  detail::launch_quantize_rowwise(p);
+void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M) {
+  detail::with_op("mxq::validate_offs", [&] {
+    MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "offs must hold 1 to ", kMaxGroups,
+              " group end offsets, got G=", num_groups);
+    MXQ_CHECK(offs != nullptr, "offs is null");
+    detail::check_host_offs(offs, num_groups, M, "M");
+  });
 }
 
-void quantize_colwise(const ColwiseParams& p) {
-  detail::validate(p, detail::kGpu);
-  if (p.M == 0 || p.K == 0) return;
-  detail::require_supported_device();
-  detail::launch_quantize_colwise(p);
+void quantize(const QuantizeParams& p) {
+  detail::with_op("mxq::quantize", [&] {
+    detail::validate(p, detail::kGpu);
+    if (detail::nothing_to_write(p)) return;
+    detail::require_supported_device();
+    detail::launch_quantize(p);
+  });
 }
 
-void swizzle_col_scales(const SwizzleParams& p) {
-  detail::validate(p, detail::kGpu);
-  if (s_col_shape(p.M, p.K, p.num_groups).bytes() == 0) return;
-  detail::require_supported_device();
-  detail::launch_swizzle_col_scales(p);
-}
-
-void quantize_dual(const DualParams& p) {
-  detail::validate(p, detail::kGpu);
-  if (s_col_shape(p.M, p.K, p.num_groups).bytes() == 0 && (p.M == 0 || p.K == 0)) return;
-  detail::require_supported_device();
-  detail::launch_quantize_dual(p);
-}
-
-void quantize_dual_composed(const DualParams& p, void* workspace) {
-  detail::validate(p, detail::kGpu);
-  if (p.M != 0 && p.K != 0) {
-    MXQ_CHECK(workspace != nullptr, "mxq: workspace is null (needs composed_workspace_bytes = ",
+void quantize_composed(const QuantizeParams& p, void* workspace) {
+  detail::with_op("mxq::quantize_composed", [&] {
+    detail::validate(p, detail::kGpu);
+    MXQ_CHECK(p.rowwise() && p.colwise(),
+              "the composed path quantizes both axes: set q_row, s_row, q_col and s_col");
+    if (detail::nothing_to_write(p)) return;
+    MXQ_CHECK(workspace != nullptr || composed_workspace_bytes(p.M, p.K) == 0,
+              "workspace is null (it needs composed_workspace_bytes(M, K) = ",
               composed_workspace_bytes(p.M, p.K), " bytes)");
-    detail::check_device_pointer(workspace, "workspace");
-  }
-  detail::require_supported_device();
-  auto* s_plain = static_cast<uint8_t*>(workspace);
-  if (p.M != 0 && p.K != 0) {
-    detail::launch_quantize_rowwise({p.x, p.M, p.K, p.rounding, p.q_row, p.s_row, p.stream});
-    detail::launch_quantize_colwise({p.x, p.M, p.K, p.rounding, p.q_col, s_plain, p.stream});
-  }
-  if (s_col_shape(p.M, p.K, p.num_groups).bytes() != 0) {
-    detail::launch_swizzle_col_scales(
-        {s_plain, p.M, p.K, p.offs, p.num_groups, p.s_col, p.status, p.stream});
-  }
+    detail::require_supported_device();
+    detail::launch_quantize_composed(p, static_cast<uint8_t*>(workspace));
+  });
 }
 
 void dequantize(const DequantizeParams& p) {
-  detail::validate(p, detail::kGpu);
-  if (p.rows == 0 || p.cols == 0) return;
-  detail::require_supported_device();
-  detail::launch_dequantize(p);
+  detail::with_op("mxq::dequantize", [&] {
+    detail::validate(p, detail::kGpu);
+    if (p.rows == 0 || p.cols == 0) return;
+    detail::require_supported_device();
+    detail::launch_dequantize(p);
+  });
 }
 
 }  // namespace mxq

@@ -1,5 +1,5 @@
-// Host-side pieces of the GPU path that need the CUDA runtime but no kernels: pointer checks, the
-// synchronizing offs checker, status reads, build facts.
+// Host-side pieces of the GPU path that need the CUDA runtime but no kernels: the synchronizing
+// offs checker, status reads, build facts.
 #include <cuda_runtime_api.h>
 
 #include <sstream>
@@ -7,46 +7,32 @@
 
 #include "../kernels/launch.h"
 #include "check.h"
-#include "validate.h"
+#include "offs.h"
 
 namespace mxq {
-namespace detail {
-
-void check_device_pointer(const void* ptr, const char* name) {
-  cudaPointerAttributes attr{};
-  const cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
-  if (err != cudaSuccess)
-    (void)cudaGetLastError();  // clear the sticky-free error of an unknown pointer
-  int device = -1;
-  MXQ_CHECK_CUDA(cudaGetDevice(&device));
-  const bool on_device = err == cudaSuccess &&
-                         (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged);
-  MXQ_CHECK(on_device, "mxq: ", name, " must be device memory, got a host pointer ", ptr);
-  MXQ_CHECK(attr.device == device, "mxq: ", name, " lives on cuda:", attr.device,
-            " but the current device is cuda:", device);
-}
-
-}  // namespace detail
 
 void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream) {
-  MXQ_CHECK(offs_device != nullptr, "mxq: offs is null");
-  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "mxq: num_groups must be in [1, ",
-            kMaxGroups, "], got num_groups=", num_groups);
-  detail::check_device_pointer(offs_device, "offs");
-  std::vector<int32_t> offs(static_cast<size_t>(num_groups));
-  MXQ_CHECK_CUDA(cudaMemcpyAsync(offs.data(), offs_device, offs.size() * sizeof(int32_t),
-                                 cudaMemcpyDeviceToHost, stream));
-  MXQ_CHECK_CUDA(cudaStreamSynchronize(stream));
-  detail::check_host_offs(offs.data(), num_groups, M);
+  detail::with_op("mxq::validate_offs", [&] {
+    MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "offs must hold 1 to ", kMaxGroups,
+              " group end offsets, got G=", num_groups);
+    MXQ_CHECK(offs_device != nullptr, "offs is null");
+    std::vector<int32_t> offs(static_cast<size_t>(num_groups));
+    MXQ_CHECK_CUDA(cudaMemcpyAsync(offs.data(), offs_device, offs.size() * sizeof(int32_t),
+                                   cudaMemcpyDefault, stream));
+    MXQ_CHECK_CUDA(cudaStreamSynchronize(stream));
+    detail::check_host_offs(offs.data(), num_groups, M, "M");
+  });
 }
 
 void check_status(const int32_t* status_device, cudaStream_t stream) {
-  MXQ_CHECK(status_device != nullptr, "mxq: status is null");
-  int32_t status = 0;
-  MXQ_CHECK_CUDA(
-      cudaMemcpyAsync(&status, status_device, sizeof status, cudaMemcpyDeviceToHost, stream));
-  MXQ_CHECK_CUDA(cudaStreamSynchronize(stream));
-  MXQ_CHECK(status == 0, "mxq: ", describe_status(status));
+  detail::with_op("mxq::check_status", [&] {
+    MXQ_CHECK(status_device != nullptr, "status is null");
+    int32_t status = 0;
+    MXQ_CHECK_CUDA(
+        cudaMemcpyAsync(&status, status_device, sizeof status, cudaMemcpyDefault, stream));
+    MXQ_CHECK_CUDA(cudaStreamSynchronize(stream));
+    MXQ_CHECK(status == 0, describe_status(status));
+  });
 }
 
 bool gpu_available() {

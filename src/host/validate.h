@@ -1,6 +1,6 @@
-// Argument validation shared by the GPU entry points and the CPU reference (SPEC §9). Every check
-// runs before anything is launched or written and throws mxq::Error naming the argument and its
-// value.
+// Argument validation shared by the GPU entry points and the CPU reference (docs/numerics.md §9).
+// Every check runs before anything is launched or written and throws mxq::Error naming the
+// argument and its value.
 #pragma once
 
 #include <cstdint>
@@ -9,29 +9,18 @@
 
 namespace mxq::detail {
 
-// Where the op runs: the alignment it needs of M and K, and whether pointers must be device memory.
+// Where the op runs: the alignment it needs of M and K, and what messages call it.
 struct Target {
-  const char* name;  // "GPU" or "CPU reference", for messages
+  const char* name;  // "the GPU" or "the CPU reference"
   int64_t align;     // kGpuAlign or kCpuAlign
-  bool device;
 };
-constexpr Target kGpu{"GPU", kGpuAlign, true};
-constexpr Target kCpu{"CPU reference", kCpuAlign, false};
+constexpr Target kGpu{"the GPU", kGpuAlign};
+constexpr Target kCpu{"the CPU reference", kCpuAlign};
 
-void validate(const RowwiseParams& p, const Target& t);
-void validate(const ColwiseParams& p, const Target& t);
-void validate(const SwizzleParams& p, const Target& t);
-void validate(const DualParams& p, const Target& t);
+void validate(const QuantizeParams& p, const Target& t);
 void validate(const DequantizeParams& p, const Target& t);
 
-// The rules of grouped offsets (SPEC §6, §9) on a host copy: non-decreasing, non-negative, at most
-// `tokens` (named `name` in messages), multiples of kGroupAlign. Throws naming the first bad entry.
-// Used by the CPU reference (its offs are host memory) and by mxq::validate_offs after its copy.
-void check_host_offs(const int32_t* offs, int64_t num_groups, int64_t tokens,
-                     const char* name = "M");
-
-// Pointer residency check for the GPU path (implemented with the CUDA runtime; a no-op without
-// CUDA).
-void check_device_pointer(const void* ptr, const char* name);
+// True when the call has no output bytes at all (M or K is 0 and no K-groups slack to zero).
+bool nothing_to_write(const QuantizeParams& p);
 
 }  // namespace mxq::detail

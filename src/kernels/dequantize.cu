@@ -95,7 +95,7 @@ void launch_dequantize(const DequantizeParams& p) {
                               static_cast<uint16_t*>(p.out),
                               p.status};
   const int64_t grid = (p.rows / kTile) * (p.cols / kTile);
-  MXQ_CHECK(grid <= 0x7FFFFFFF, "mxq: too many tiles for one launch: ", grid);
+  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   auto kernel = p.offs != nullptr ? dequantize_kernel<true> : dequantize_kernel<false>;
   kernel<<<static_cast<unsigned>(grid), DequantConfig::kThreads, 0, p.stream>>>(k);
   MXQ_CHECK_CUDA(cudaGetLastError());

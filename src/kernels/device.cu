@@ -1,8 +1,7 @@
 // The host capability check: every device arch guard in the kernels has this host-side twin.
 #include <cuda_runtime.h>
 
-#include <mutex>
-#include <vector>
+#include <atomic>
 
 #include "common.cuh"
 #include "launch.h"
@@ -16,23 +15,22 @@ __global__ void probe_kernel() {}
 namespace mxq::detail {
 
 void require_supported_device() {
+  // One bit per device already verified: the driver query costs microseconds, and this runs on
+  // every call. A race only repeats the query.
+  static std::atomic<uint64_t> verified{0};
   int device = 0;
   MXQ_CHECK_CUDA(cudaGetDevice(&device));
-  static std::mutex mutex;
-  static std::vector<int> verified;  // devices already checked (the check costs a driver query)
-  std::lock_guard<std::mutex> lock(mutex);
-  for (int d : verified) {
-    if (d == device) return;
-  }
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (verified.load(std::memory_order_relaxed) & bit) return;
   cudaDeviceProp prop{};
   MXQ_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   cudaFuncAttributes attr{};
   const cudaError_t err = cudaFuncGetAttributes(&attr, kernels::probe_kernel);
   if (err != cudaSuccess) (void)cudaGetLastError();
-  MXQ_CHECK(err == cudaSuccess, "mxq: no kernel code for ", prop.name, " (compute capability ",
-            prop.major, ".", prop.minor, "); this build targets ", MXQ_CUDA_ARCHS, " (",
-            cudaGetErrorString(err), ")");
-  verified.push_back(device);
+  MXQ_CHECK_SUPPORTED(err == cudaSuccess, "no kernel code for ", prop.name,
+                      " (compute capability ", prop.major, ".", prop.minor,
+                      "); this build targets ", MXQ_CUDA_ARCHS);
+  verified.fetch_or(bit, std::memory_order_relaxed);
 }
 
 }  // namespace mxq::detail

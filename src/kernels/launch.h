@@ -1,18 +1,21 @@
 // Kernel launchers behind the public API. Arguments are already validated (src/host/validate.cpp)
-// and non-empty; each launcher enqueues on p.stream and checks the launch.
+// and there is something to write; each launcher enqueues on p.stream and checks the launch.
 #pragma once
 
 #include "mxq/mxq.h"
 
 namespace mxq::detail {
 
-void launch_quantize_rowwise(const RowwiseParams& p);
-void launch_quantize_colwise(const ColwiseParams& p);
-void launch_swizzle_col_scales(const SwizzleParams& p);
-void launch_quantize_dual(const DualParams& p);
+void launch_quantize(const QuantizeParams& p);
+// Rowwise kernel, colwise kernel writing plain S_col into `workspace`, swizzle kernel.
+void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace);
 void launch_dequantize(const DequantizeParams& p);
+// The composed path's third kernel: plain S_col (K, M/32) -> p.s_col (blocked, or K-groups with
+// p.offs, writing p.status).
+void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p);
 
-// Refuses (mxq::Error) a current device for which this build holds no kernel code.
+// Refuses (Error::Kind::kUnsupported) a current device for which this build holds no kernel code.
+// Cached per device: the driver query runs once per device and process.
 void require_supported_device();
 
 }  // namespace mxq::detail

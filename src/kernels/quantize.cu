@@ -22,39 +22,16 @@
 //                      registers, with the same neighbour exchange as the rowwise stores.
 //   Only the two 512-byte scale atoms are staged for a final barrier and one 16-byte store per
 //   lane of one warp.
-// NOTES (H200, % of the same-run copy roof; "fused" at M*K >= 2^26 unless stated):
-// - Kept: storing q_col straight from registers as whole 32-byte sectors, 8 rows x 64 bytes per
-//   warp instruction, instead of staging a transposed tile (16 KiB of shared memory, a barrier,
-//   and a pass of shared loads) and storing whole 128-byte rows: fused 76-82% -> 85-89%, grouped
-//   now within 1% of dense; rowwise-only 85-91% -> 91-96% (its only change: 16 KiB less shared
-//   memory per CTA).
-// - Kept: colwise through ldmatrix.trans (8 LDSM per thread instead of 32 4-byte LDS of column
-//   pairs): no speed change on its own (MIO pressure was not the limit), but one conversion
-//   routine for both axes and 4x fewer shared-load instructions.
-// - Kept: the colwise-only kernel walks the tiles M fastest, so that consecutive CTAs continue the
-//   same 128 rows of q_col: 71-80% -> 75-85%. The other kernels walk K fastest (below).
-// - Rejected: 5 CTAs per SM for fused and rowwise (48 registers) and 6 for colwise (40), both
-//   spill-free with the q_col staging gone: no gain (fused 84.7-88.6% either way), colwise 1-2%
-//   slower.
-// - Rejected: 4 lanes per rowwise block (8 values per lane, amax by 2 shuffles): every lane
-//   recomputed the scale and the shuffles serialised the block; owning whole blocks halves the
-//   rowwise instructions.
-// - Rejected: each thread loading its own two blocks straight from global memory (4 x 16 bytes 64
-//   bytes apart per lane): every load instruction then half-fills 32 sectors, doubling L2->SM
-//   traffic; fused fell from 3.2 to 2.2 TB/s. Loads stay coalesced and the blocks are re-read from
-//   the staged tile.
-// - Rejected (with the staged q_col tile): 256x128 tiles (512 threads, 2 CTAs per SM) so that each
-//   q_col row segment is 256 contiguous bytes: fused 3.37 vs 3.36 TB/s at 131072x7168 and 2.96 vs
-//   3.11 at 8192x2048 (the colwise-only kernel lost 3-9%).
-// - Rejected (with the staged q_col tile): other CTA orders over the tiles for fused (M fastest; 8-
-//   or 32-tile-row bands): 1-4% slower than K fastest.
-// - Rejected: storing q_col from registers with each lane its own output row (16 bytes, half a
-//   sector, 32 rows per warp instruction): 52-69% of the copy roof in the access-pattern probe
-//   (shared/anchors). Whole sectors from neighbour lanes are what makes the direct stores fast.
-// - Rejected: a persistent grid streaming tiles through 2-3 shared-memory stages with bulk copies
-//   (one cp.async.bulk per 256-byte tile row, mbarrier completion): the stages cost occupancy (2 or
-//   1 CTAs per SM) and the kernel is latency-bound in its convert phase, so it ran at 2.4 TB/s (2
-//   stages) and 1.45 TB/s (3 stages) against 3.2 TB/s for this design (H200, 131072x7168, fused).
+// NOTES:
+// - Every variant (rowwise only, colwise only, fused, the composed path's colwise step) is this
+//   one kernel; the template picks the outputs. Tile order: K fastest, except colwise only, whose
+//   only output runs along M (consecutive CTAs then continue the same 128 rows of q_col).
+// - q_col is stored straight from registers as whole 32-byte sectors (neighbour lanes exchange
+//   half a block): no transposed staging tile, no extra barrier. This is what took fused from
+//   76-82% to 85-89% of the copy roof on the H200.
+// - 33.8 KB of shared memory per CTA, under the 48 KB that needs no opt-in attribute, so launches
+//   set no function attribute (that costs a driver call per launch).
+// - The variants tried and rejected, with their measurements, are in docs/performance.md.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -100,6 +77,8 @@ struct alignas(16) SharedStorage {
 };
 static_assert(sizeof(SharedStorage) * Config::kMinBlocksPerSm <= 227 * 1024,
               "4 CTAs must fit one SM");
+static_assert(sizeof(SharedStorage) <= 48 * 1024,
+              "above 48 KB every launch would need cudaFuncAttributeMaxDynamicSharedMemorySize");
 
 struct TileParams {
   const uint16_t* x;
@@ -111,7 +90,7 @@ struct TileParams {
   const int32_t* offs;
   int num_groups;
   int32_t* status;
-  int64_t tiles;  // CTAs past this zero-fill the K-groups slack
+  int64_t tiles;  // CTAs past this zero-fill the K-groups slack, or write the status word
 };
 
 // Logical chunk c (0..15) of row `row` of the staged bf16 tile is stored at physical chunk
@@ -262,11 +241,14 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
 
-  if constexpr (kCol == ColScales::kKGroups) {
-    if (blockIdx.x >= p.tiles) {
+  if (blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
+    if constexpr (kCol == ColScales::kKGroups) {
       zero_fill_slack(p.s_col, p.offs, p.num_groups, p.M, p.K, blockIdx.x - p.tiles, p.status);
-      return;
+    } else if (threadIdx.x < 32) {  // rowwise only: s_row needs no offs, only the report does
+      const int32_t bits = offs_status_warp(p.offs, p.num_groups, p.M);
+      if (threadIdx.x == 0) *p.status = bits;
     }
+    return;
   }
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -337,17 +319,21 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
 
 // ---- host launchers ----
 
+// CTAs after the tiles: the K-groups zero fill (which also writes the status word), or one CTA for
+// the status word of a grouped rowwise-only call.
+int64_t appended_ctas(const TileParams& p, ColScales col) {
+  if (col == ColScales::kKGroups) return zero_fill_ctas(p.M, p.K, p.num_groups);
+  return p.status != nullptr ? 1 : 0;
+}
+
 template <bool kRowwise, ColScales kCol, ScaleRounding kRule>
 void launch_rule(const TileParams& params, cudaStream_t stream) {
-  auto kernel = quantize_tile_kernel<kRowwise, kCol, kRule>;
   constexpr int smem_bytes = sizeof(SharedStorage);
-  MXQ_CHECK_CUDA(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  int64_t grid = params.tiles;
-  if (kCol == ColScales::kKGroups) grid += zero_fill_ctas(params.M, params.K, params.num_groups);
-  MXQ_CHECK(grid <= 0x7FFFFFFF, "mxq: too many tiles for one launch: ", grid);
+  const int64_t grid = params.tiles + appended_ctas(params, kCol);
+  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   if (grid == 0) return;
-  kernel<<<static_cast<unsigned>(grid), Config::kThreads, smem_bytes, stream>>>(params);
+  quantize_tile_kernel<kRowwise, kCol, kRule>
+      <<<static_cast<unsigned>(grid), Config::kThreads, smem_bytes, stream>>>(params);
   MXQ_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -360,12 +346,19 @@ void launch_tile_kernel(const TileParams& params, ScaleRounding rule, cudaStream
   }
 }
 
-TileParams tile_params(const void* x, int64_t M, int64_t K) {
+TileParams tile_params(const QuantizeParams& p) {
   TileParams t{};
-  t.x = static_cast<const uint16_t*>(x);
-  t.M = M;
-  t.K = K;
-  t.tiles = (M / kTile) * (K / kTile);
+  t.x = static_cast<const uint16_t*>(p.x);
+  t.M = p.M;
+  t.K = p.K;
+  t.q_row = p.q_row;
+  t.s_row = p.s_row;
+  t.q_col = p.q_col;
+  t.s_col = p.s_col;
+  t.offs = p.offs;
+  t.num_groups = static_cast<int>(p.num_groups);
+  t.status = p.status;
+  t.tiles = (p.M / kTile) * (p.K / kTile);
   return t;
 }
 
@@ -374,34 +367,35 @@ TileParams tile_params(const void* x, int64_t M, int64_t K) {
 namespace mxq::detail {
 using kernels::ColScales;
 
-void launch_quantize_rowwise(const RowwiseParams& p) {
-  kernels::TileParams t = kernels::tile_params(p.x, p.M, p.K);
-  t.q_row = p.q_row;
-  t.s_row = p.s_row;
-  kernels::launch_tile_kernel<true, ColScales::kNone>(t, p.rounding, p.stream);
-}
-
-void launch_quantize_colwise(const ColwiseParams& p) {
-  kernels::TileParams t = kernels::tile_params(p.x, p.M, p.K);
-  t.q_col = p.q_col;
-  t.s_col = p.s_col_plain;
-  kernels::launch_tile_kernel<false, ColScales::kPlain>(t, p.rounding, p.stream);
-}
-
-void launch_quantize_dual(const DualParams& p) {
-  kernels::TileParams t = kernels::tile_params(p.x, p.M, p.K);
-  t.q_row = p.q_row;
-  t.s_row = p.s_row;
-  t.q_col = p.q_col;
-  t.s_col = p.s_col;
-  t.offs = p.offs;
-  t.num_groups = static_cast<int>(p.num_groups);
-  t.status = p.status;
-  if (p.offs == nullptr) {
-    kernels::launch_tile_kernel<true, ColScales::kBlocked>(t, p.rounding, p.stream);
-  } else {
+void launch_quantize(const QuantizeParams& p) {
+  const kernels::TileParams t = kernels::tile_params(p);
+  const bool grouped = p.offs != nullptr;
+  if (!p.colwise()) {
+    kernels::launch_tile_kernel<true, ColScales::kNone>(t, p.rounding, p.stream);
+  } else if (!p.rowwise()) {
+    if (grouped) {
+      kernels::launch_tile_kernel<false, ColScales::kKGroups>(t, p.rounding, p.stream);
+    } else {
+      kernels::launch_tile_kernel<false, ColScales::kBlocked>(t, p.rounding, p.stream);
+    }
+  } else if (grouped) {
     kernels::launch_tile_kernel<true, ColScales::kKGroups>(t, p.rounding, p.stream);
+  } else {
+    kernels::launch_tile_kernel<true, ColScales::kBlocked>(t, p.rounding, p.stream);
   }
+}
+
+void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace) {
+  kernels::TileParams row = kernels::tile_params(p);
+  row.q_col = row.s_col = nullptr;
+  row.status = nullptr;  // the swizzle reports on offs
+  kernels::launch_tile_kernel<true, ColScales::kNone>(row, p.rounding, p.stream);
+  kernels::TileParams col = kernels::tile_params(p);
+  col.q_row = col.s_row = nullptr;
+  col.s_col = workspace;  // plain S_col (K, M/32)
+  col.status = nullptr;
+  kernels::launch_tile_kernel<false, ColScales::kPlain>(col, p.rounding, p.stream);
+  launch_swizzle_col_scales(workspace, p);
 }
 
 }  // namespace mxq::detail

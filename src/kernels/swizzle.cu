@@ -1,6 +1,6 @@
-// Colwise scale swizzle: plain S_col (K, M/32) -> the dense blocked layout, or the K-groups layout
-// from device offs with every byte after the last group's region zeroed (docs/numerics.md; SPEC
-// §5-§6).
+// Colwise scale swizzle, the third kernel of the composed path (the baseline the fused kernel
+// replaces): plain S_col (K, M/32) -> the dense blocked layout, or the K-groups layout from device
+// offs with every byte after the last group's region zeroed (docs/numerics.md §5-§6).
 //
 // One warp moves one 128x4 atom: lane l holds rows l, l+32, l+64, l+96 of the atom (one 4-byte word
 // each, the atom's 4 scale columns), which are exactly the 16 bytes at l*16 of the blocked atom, so
@@ -69,15 +69,15 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
 
 namespace mxq::detail {
 
-void launch_swizzle_col_scales(const SwizzleParams& p) {
+void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p) {
   using namespace kernels;
-  SwizzleKernelParams k{p.s_col_plain, p.M,      p.K, p.offs, static_cast<int>(p.num_groups),
-                        p.s_col,       p.status, 0,   0};
+  SwizzleKernelParams k{s_col_plain, p.M,      p.K, p.offs, static_cast<int>(p.num_groups),
+                        p.s_col,     p.status, 0,   0};
   k.atoms = (p.M / kTile) * (p.K / kAtomRows);
   k.atom_ctas = ceil_div(k.atoms, SwizzleConfig::kAtomsPerCta);
   const bool grouped = p.offs != nullptr;
   const int64_t grid = k.atom_ctas + (grouped ? zero_fill_ctas(p.M, p.K, p.num_groups) : 0);
-  MXQ_CHECK(grid <= 0x7FFFFFFF, "mxq: too many scale atoms for one launch: ", grid);
+  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many scale atoms for one launch: ", grid);
   if (grid == 0) return;
   auto kernel = grouped ? swizzle_kernel<true> : swizzle_kernel<false>;
   kernel<<<static_cast<unsigned>(grid), SwizzleConfig::kThreads, 0, p.stream>>>(k);

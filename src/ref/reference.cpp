@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../host/check.h"
+#include "../host/offs.h"
 #include "../host/parallel.h"
 #include "../host/validate.h"
 #include "mxq/layout.h"
@@ -105,58 +106,34 @@ void write_status(int32_t* status) {
 
 }  // namespace
 
-void quantize_rowwise(const RowwiseParams& p) {
-  detail::validate(p, detail::kCpu);
-  rowwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_row, p.s_row);
-}
-
-void quantize_colwise(const ColwiseParams& p) {
-  detail::validate(p, detail::kCpu);
-  const int64_t scale_cols = p.M / kBlock;
-  uint8_t* s_plain = p.s_col_plain;
-  colwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_col,
-          [=](int64_t k, int64_t i, uint8_t s) { s_plain[k * scale_cols + i] = s; });
-}
-
-void swizzle_col_scales(const SwizzleParams& p) {
-  detail::validate(p, detail::kCpu);
-  if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M);
-  const ColScalePlacement place(p.M, p.K, p.offs, p.num_groups);
-  const int64_t scale_cols = p.M / kBlock;
-  zero_fill(p.s_col, place.bytes());
-  parallel_for(p.K, [&](int64_t k_begin, int64_t k_end) {
-    for (int64_t k = k_begin; k < k_end; ++k) {
-      for (int64_t i = 0; i < scale_cols; ++i) {
-        const int64_t at = place.offset(k, i);
-        if (at >= 0) p.s_col[at] = p.s_col_plain[k * scale_cols + i];
-      }
-    }
+// The requested axes of one call. The colwise scales are placed straight into s_col by
+// ColScalePlacement; the GPU's composed path places them with its swizzle kernel instead, so
+// composed == reference is a cross-check of two placements.
+void quantize(const QuantizeParams& p) {
+  detail::with_op("mxq::ref::quantize", [&] {
+    detail::validate(p, detail::kCpu);
+    if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M, "M");
   });
-  write_status(p.status);
-}
-
-// All four outputs in one call. The colwise scales are placed straight into s_col rather than
-// through the plain S_col and the swizzle, so that dual == rowwise + colwise + swizzle is a real
-// cross-check of the placement.
-void quantize_dual(const DualParams& p) {
-  detail::validate(p, detail::kCpu);
-  if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M);
-  const ColScalePlacement place(p.M, p.K, p.offs, p.num_groups);
-  rowwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_row, p.s_row);
-  zero_fill(p.s_col, place.bytes());
-  uint8_t* s_col = p.s_col;
-  colwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_col, [&](int64_t k, int64_t i, uint8_t s) {
-    const int64_t at = place.offset(k, i);
-    if (at >= 0) s_col[at] = s;
-  });
+  if (p.rowwise()) rowwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_row, p.s_row);
+  if (p.colwise()) {
+    const ColScalePlacement place(p.M, p.K, p.offs, p.num_groups);
+    zero_fill(p.s_col, place.bytes());
+    uint8_t* s_col = p.s_col;
+    colwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_col, [&](int64_t k, int64_t i, uint8_t s) {
+      const int64_t at = place.offset(k, i);
+      if (at >= 0) s_col[at] = s;
+    });
+  }
   write_status(p.status);
 }
 
 // §8: out[r, c] = bf16(e4m3(q[r, c]) * 2^(S[r, c/32] - 127)), S blocked (rows, cols/32) or, with
 // offs, in the K-groups layout (cols are tokens). Tail tokens have no scale: they give +0.
 void dequantize(const DequantizeParams& p) {
-  detail::validate(p, detail::kCpu);
-  if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.cols, "cols");
+  detail::with_op("mxq::ref::dequantize", [&] {
+    detail::validate(p, detail::kCpu);
+    if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.cols, "cols");
+  });
   const ColScalePlacement place(p.cols, p.rows, p.offs, p.num_groups);
   auto* out = static_cast<uint16_t*>(p.out);
   parallel_for(p.rows, [&](int64_t r_begin, int64_t r_end) {

@@ -1,4 +1,4 @@
-"""Shared inputs and checks of the Python tests: random and SPEC §4 inputs, grouped offsets, byte comparisons."""
+"""Shared inputs and checks of the Python tests: random and docs/numerics.md §4 inputs, grouped offsets, byte comparisons."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 # Devices for tests that run on both: the CPU dispatch (the C++ reference) always, CUDA where present.
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
 
-QUANT_OPS = ["quantize_1x32", "quantize_32x1", "quantize_1x32_32x1", "quantize_1x32_32x1_composed"]
+QUANT_OPS = ["quantize_rowwise", "quantize_colwise", "quantize", "quantize_composed"]
 OUTPUT_NAMES = {
-    "quantize_1x32": ("q_row", "s_row"),
-    "quantize_32x1": ("q_col", "s_col"),
-    "quantize_1x32_32x1": ("q_row", "s_row", "q_col", "s_col"),
-    "quantize_1x32_32x1_composed": ("q_row", "s_row", "q_col", "s_col"),
+    "quantize_rowwise": ("q_row", "s_row"),
+    "quantize_colwise": ("q_col", "s_col"),
+    "quantize": ("q_row", "s_row", "q_col", "s_col"),
+    "quantize_composed": ("q_row", "s_row", "q_col", "s_col"),
 }
 
 
@@ -103,15 +103,15 @@ def assert_outputs_equal(
 def reference_outputs(name: str, x: torch.Tensor, mode: str, offs: torch.Tensor | None) -> tuple:
     """The pure-torch reference's outputs of op ``name`` (subset of the four)."""
     q_row, s_row, q_col, s_col = mxq.testing.quantize(x.cpu(), mode, None if offs is None else offs.cpu())
-    if name == "quantize_1x32":
+    if name == "quantize_rowwise":
         # s_row does not depend on offs for the supported 128-multiple groups (M-groups == dense).
         return q_row, s_row
-    if name == "quantize_32x1":
+    if name == "quantize_colwise":
         return q_col, s_col
     return q_row, s_row, q_col, s_col
 
 
-# ---- SPEC §4: the special-value blocks, byte-exact (bf16 input) ----
+# ---- docs/numerics.md §4: the special-value blocks, byte-exact (bf16 input) ----
 
 ONE = 0x3F80
 BF16_MAX = 0x7F7F
@@ -149,14 +149,14 @@ SPEC4_CASES = [
     ("all +-480", _alt(0x43F0), (128, _alt_bytes(0x77, 0xF7)), (127, _alt_bytes(0x7E, 0xFE))),
     ("all 3.5", [0x4060] * 32, (120, [0x7E] * 32), (120, [0x7E] * 32)),
     ("all 512", [0x4400] * 32, (128, [0x78] * 32), (128, [0x78] * 32)),
-    # SPEC §3: amax = 448 * 2^-127 (bf16 0x0460) gives RCEIL 0, the next bf16 value gives 1.
+    # docs/numerics.md §3: amax = 448 * 2^-127 (bf16 0x0460) gives RCEIL 0, the next bf16 value gives 1.
     ("all 448*2^-127", [0x0460] * 32, (0, None), (None, None)),
     ("all next bf16 after 448*2^-127", [0x0461] * 32, (1, None), (None, None)),
 ]
 
 
 def spec4_matrix(M: int = 128, K_multiple: int = 128) -> tuple[torch.Tensor, list[int]]:
-    """x (M, K) bf16 whose every row holds the SPEC §4 blocks one after another along K (repeated to fill K up to
+    """x (M, K) bf16 whose every row holds the docs/numerics.md §4 blocks one after another along K (repeated to fill K up to
     a multiple of K_multiple); returns x and, per 32-column block, the index of its case."""
     n = len(SPEC4_CASES)
     blocks = -(-n * 32 // K_multiple) * K_multiple // 32

@@ -1,4 +1,4 @@
-"""The CUDA impls against the CPU reference and the pure-torch reference, raw bytes (SPEC §7-§8), plus the
+"""The CUDA impls against the CPU reference and the pure-torch reference, raw bytes (docs/numerics.md §7-§8), plus the
 properties a torch user relies on: CUDA-graph capture, the current stream, every output byte written, no host sync.
 Skipped visibly without a CUDA device."""
 
@@ -78,7 +78,7 @@ def test_grouped_edge_offsets(offs):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", QUANT_OPS)
 def test_spec4_special_blocks(name, mode):
-    # The SPEC §4 blocks along K (rowwise) and, through x.t(), along M (colwise); mxq.testing is checked against
+    # The docs/numerics.md §4 blocks along K (rowwise) and, through x.t(), along M (colwise); mxq.testing is checked against
     # the table itself in test_reference.py.
     x, _ = spec4_matrix(128)
     for xx in (x, x.t().contiguous()):
@@ -98,11 +98,11 @@ def test_fused_equals_composed(mode, grouped):
     M, K = 4096, 2048
     x = random_bf16(M, K, seed=42, specials=True).cuda()
     offs = make_offs(M, 8, seed=3).cuda() if grouped else None
-    fused = torch.ops.mxq.quantize_1x32_32x1(x, 32, mode, offs)
-    composed = torch.ops.mxq.quantize_1x32_32x1_composed(x, 32, mode, offs)
+    fused = torch.ops.mxq.quantize(x, 32, mode, offs)
+    composed = torch.ops.mxq.quantize_composed(x, 32, mode, offs)
     assert_outputs_equal(fused, composed, DUAL, "fused-vs-composed/")
-    row = torch.ops.mxq.quantize_1x32(x, 32, mode, offs)
-    col = torch.ops.mxq.quantize_32x1(x, 32, mode, offs)
+    row = torch.ops.mxq.quantize_rowwise(x, 32, mode, offs)
+    col = torch.ops.mxq.quantize_colwise(x, 32, mode, offs)
     assert_outputs_equal((*row, *col), fused, DUAL, "single-axis-vs-fused/")
     assert_outputs_equal(
         fused, T.quantize(x.cpu(), mode, None if offs is None else offs.cpu()), DUAL, "fused-vs-pure-torch/"
@@ -129,7 +129,7 @@ def test_dequantize_matches_references(grouped):
     M, K = 1024, 512
     x = random_bf16(M, K, seed=4, specials=True)
     offs = make_offs(M, 4, seed=4) if grouped else None
-    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize_1x32_32x1(x, offs=offs)
+    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
     for q, s, o, n in ((q_row, s_row, None, "rowwise"), (q_col.t(), s_col, offs, "colwise")):
         gpu = mxq.dequantize(q.cuda(), s.cuda(), None if o is None else o.cuda())
         assert gpu.is_cuda and gpu.dtype == torch.bfloat16 and gpu.shape == q.shape
@@ -138,7 +138,7 @@ def test_dequantize_matches_references(grouped):
         _assert_bf16_equal_nan_canonical(gpu, T.dequantize(q, s, o), f"{n}/cuda-vs-pure-torch")
 
 
-# ---- every byte written (SPEC §7): outputs land in poisoned cache blocks ----
+# ---- every byte written (docs/numerics.md §7): outputs land in poisoned cache blocks ----
 
 
 @pytest.mark.parametrize("grouped", [False, True])
@@ -165,10 +165,10 @@ def test_every_output_byte_written(name, grouped):
 
 
 def _all_ops(x, offs):
-    q = torch.ops.mxq.quantize_1x32_32x1(x, 32, "rceil", offs)
-    c = torch.ops.mxq.quantize_1x32_32x1_composed(x, 32, "rceil", offs)
-    r = torch.ops.mxq.quantize_1x32(x, 32, "rceil", offs)
-    k = torch.ops.mxq.quantize_32x1(x, 32, "rceil", offs)
+    q = torch.ops.mxq.quantize(x, 32, "rceil", offs)
+    c = torch.ops.mxq.quantize_composed(x, 32, "rceil", offs)
+    r = torch.ops.mxq.quantize_rowwise(x, 32, "rceil", offs)
+    k = torch.ops.mxq.quantize_colwise(x, 32, "rceil", offs)
     d_row = torch.ops.mxq.dequantize(q[0], q[1])
     d_col = torch.ops.mxq.dequantize(q[2].t(), q[3], offs)
     return q, c, r, k, d_row, d_col

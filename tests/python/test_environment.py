@@ -8,7 +8,7 @@ def test_extension_matches_the_machine():
     torch = pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
     import mxq
 
-    assert torch.ops.mxq.quantize_1x32.default is not None
+    assert torch.ops.mxq.quantize_rowwise.default is not None
     if torch.cuda.is_available():
         assert mxq.has_cuda_kernels(), (
             "a CUDA device is present but the extension registered no CUDA impls: it was built without nvcc or "

@@ -47,7 +47,7 @@ def test_opcheck_quantize_defaults_and_kwargs(device):
 @pytest.mark.parametrize("grouped", [False, True])
 def test_opcheck_dequantize(grouped, device):
     x, offs = _inputs(device, G=4 if grouped else None)
-    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize_1x32_32x1(x, offs=offs)
+    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
     torch.library.opcheck(torch.ops.mxq.dequantize, (q_row, s_row), test_utils=DEQUANT_OPCHECK_TESTS)
     torch.library.opcheck(torch.ops.mxq.dequantize, (q_col.t(), s_col, offs), test_utils=DEQUANT_OPCHECK_TESTS)
 
@@ -55,7 +55,7 @@ def test_opcheck_dequantize(grouped, device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_dequantize_does_not_mutate_inputs(device):
     x, offs = _inputs(device, G=4)
-    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize_1x32_32x1(x, offs=offs)
+    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
     before = [t.view(torch.uint8).clone() for t in (q_row, s_row, q_col, s_col)]
     mxq.dequantize(q_row, s_row)
     mxq.dequantize(q_col.t(), s_col, offs)
@@ -115,13 +115,13 @@ def test_fake_tensor_matches_real(device):
     with FakeTensorMode() as mode:
         fx, foffs = mode.from_tensor(x), mode.from_tensor(offs)
         fake = {n: op(n)(fx, 32, "rceil", foffs) for n in QUANT_OPS}
-        fq = fake["quantize_1x32_32x1"]
+        fq = fake["quantize"]
         fdeq = (torch.ops.mxq.dequantize(fq[0], fq[1]), torch.ops.mxq.dequantize(fq[2].t(), fq[3], foffs))
     for n in QUANT_OPS:
         real = op(n)(x, 32, "rceil", offs)
         for r, f in zip(real, fake[n]):
             assert (f.dtype, f.shape, f.stride(), f.device) == (r.dtype, r.shape, r.stride(), r.device), n
-    q = torch.ops.mxq.quantize_1x32_32x1(x, offs=offs)
+    q = torch.ops.mxq.quantize(x, offs=offs)
     rdeq = (torch.ops.mxq.dequantize(q[0], q[1]), torch.ops.mxq.dequantize(q[2].t(), q[3], offs))
     for r, f in zip(rdeq, fdeq):
         assert (f.dtype, f.shape, f.stride()) == (r.dtype, r.shape, r.stride())
@@ -138,8 +138,8 @@ def test_meta_dequantize_shape():
 
 
 def _pipeline(x, offs):
-    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize_1x32_32x1(x, 32, "rceil", offs)
-    c = torch.ops.mxq.quantize_1x32_32x1_composed(x, 32, "floor", offs)
+    q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, 32, "rceil", offs)
+    c = torch.ops.mxq.quantize_composed(x, 32, "floor", offs)
     r = mxq.quantize(x, colwise=False)
     k = mxq.quantize(x, rowwise=False, offs=offs)
     deq_row = mxq.dequantize(q_row, s_row) * 2  # something for inductor to fuse around the op
