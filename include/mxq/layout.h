@@ -1,4 +1,4 @@
-// mxq layouts: where every scale byte lives (docs/numerics.md, SPEC §5-§6), for host, device and
+// mxq layouts: where every scale byte lives (docs/numerics.md §5-§6), for host, device and
 // reference.
 //
 // Blocked layout of a scale matrix S (R, C), the one block-scaled GEMMs read: pad to

@@ -1,4 +1,4 @@
-// mxq numerics: the MXFP8 block contract (docs/numerics.md, SPEC §1-§3) as scalar functions usable
+// mxq numerics: the MXFP8 block contract (docs/numerics.md §1-§3) as scalar functions usable
 // from host code, device code and the CPU reference alike.
 //
 // One 1x32 or 32x1 block of bf16 values v_i becomes one E8M0 scale byte s and 32 e4m3 bytes:
@@ -84,7 +84,7 @@ MXQ_HD uint16_t amax_bits_bf16(const uint16_t* v, int n, int64_t stride = 1) {
   return m;
 }
 
-// RCEIL: round d up to a power of two without saturation (SPEC §3 boundary table). Branch-free: a
+// RCEIL: round d up to a power of two without saturation (docs/numerics.md §3 boundary table). Branch-free: a
 // normal d rounds up when any mantissa bit is set; a zero/subnormal d (exponent 0) only when d >
 // 2^-127; NaN/Inf (exponent 255) and 2^127 < d (254 plus a round-up) both give 255.
 MXQ_HD uint8_t e8m0_rceil_from_d(uint32_t d_bits) {
@@ -119,7 +119,7 @@ MXQ_HD float e8m0_to_f32(uint8_t s) {
   return f32_from_bits(bits);
 }
 
-// The multiplier r = 2^(127-s) of SPEC §2 step 4: byte (254 - s) mod 256 read as E8M0.
+// The multiplier r = 2^(127-s) of docs/numerics.md §2 step 4: byte (254 - s) mod 256 read as E8M0.
 MXQ_HD float e8m0_reciprocal(uint8_t s) { return e8m0_to_f32(uint8_t(254 - s)); }
 
 // fp32 -> e4m3 (float8_e4m3fn): round to nearest even, finite magnitudes above 448 and +-Inf
