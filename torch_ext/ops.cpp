@@ -75,7 +75,8 @@ cudaStream_t current_stream(const Tensor& t) {
 // The device guard of a CUDA call (nothing for CPU and Meta tensors).
 struct DeviceGuard {
 #ifdef MXQ_TORCH_WITH_CUDA
-  explicit DeviceGuard(const Tensor& t) : guard(t.is_cuda() ? t.device() : std::optional<c10::Device>()) {}
+  explicit DeviceGuard(const Tensor& t)
+      : guard(t.is_cuda() ? t.device() : std::optional<c10::Device>()) {}
   c10::cuda::OptionalCUDAGuard guard;
 #else
   explicit DeviceGuard(const Tensor&) {}
@@ -143,8 +144,8 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
     // Logical (M, K) over the physical row-major (K, M) array: strides (1, M), M = 0 included.
     const auto q = q_col_shape(M, K);
     const auto s = s_col_shape(M, K, G, grouped);
-    o.q_col = at::empty_strided_symint({q.cols, q.rows}, {SymInt(1), q.cols},
-                                       fp8(at::kFloat8_e4m3fn));
+    o.q_col =
+        at::empty_strided_symint({q.cols, q.rows}, {SymInt(1), q.cols}, fp8(at::kFloat8_e4m3fn));
     o.s_col = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
   }
   if (meta) return o;
@@ -306,11 +307,11 @@ TORCH_LIBRARY(mxq, m) {
 #undef MXQ_QUANT_ARGS
 
 // One impl per op: CPU and CUDA share an instance (it tells the devices apart), Meta has its own.
-#define MXQ_REGISTER_IMPLS(m, meta)                                        \
-  m.impl("quantize", &mxq::torch_ext::quantize<meta>);                     \
-  m.impl("quantize_composed", &mxq::torch_ext::quantize_composed<meta>);   \
-  m.impl("quantize_rowwise", &mxq::torch_ext::quantize_rowwise<meta>);     \
-  m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);     \
+#define MXQ_REGISTER_IMPLS(m, meta)                                      \
+  m.impl("quantize", &mxq::torch_ext::quantize<meta>);                   \
+  m.impl("quantize_composed", &mxq::torch_ext::quantize_composed<meta>); \
+  m.impl("quantize_rowwise", &mxq::torch_ext::quantize_rowwise<meta>);   \
+  m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);   \
   m.impl("dequantize", &mxq::torch_ext::dequantize<meta>)
 
 TORCH_LIBRARY_IMPL(mxq, CPU, m) {

@@ -21,10 +21,10 @@
 
 namespace mxq {
 
-constexpr int kAtomRows = 128;                    // rows of one blocked scale atom
-constexpr int kAtomCols = 4;                      // scale columns of one atom
+constexpr int kAtomRows = 128;                     // rows of one blocked scale atom
+constexpr int kAtomCols = 4;                       // scale columns of one atom
 constexpr int kAtomBytes = kAtomRows * kAtomCols;  // 512
-constexpr int kMaxGroups = 1024;                  // largest G accepted in grouped mode
+constexpr int kMaxGroups = 1024;                   // largest G accepted in grouped mode
 // Group boundaries (offs entries) must be multiples of this on every path for now: a group then
 // owns whole 128-row atoms of s_row, so the M-groups layout is the dense one (docs/numerics.md §6).
 constexpr int kGroupAlign = kAtomRows;

@@ -118,10 +118,10 @@ struct QuantizeWeightParams {
   int64_t K = 0;
   ScaleRounding rounding = ScaleRounding::kRceil;
   WeightScaling scaling = WeightScaling::k32x32;
-  uint8_t* q_row = nullptr;  // (G, N, K) e4m3
-  uint8_t* s_row = nullptr;  // weight_s_row_shape(G, N, K)
-  uint8_t* q_col = nullptr;  // (G, K, N) e4m3
-  uint8_t* s_col = nullptr;  // weight_s_col_shape(G, N, K)
+  uint8_t* q_row = nullptr;       // (G, N, K) e4m3
+  uint8_t* s_row = nullptr;       // weight_s_row_shape(G, N, K)
+  uint8_t* q_col = nullptr;       // (G, K, N) e4m3
+  uint8_t* s_col = nullptr;       // weight_s_col_shape(G, N, K)
   cudaStream_t stream = nullptr;  // a null data/scale pair skips that axis, as in QuantizeParams
 };
 

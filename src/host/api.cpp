@@ -29,7 +29,8 @@ std::string describe_status(int32_t status) {
   os << "malformed offs (status " << status << "):";
   if (status & kOffsDecreasing) os << " offsets decrease (or are negative);";
   if (status & kOffsBeyondM) os << " an offset exceeds M;";
-  if (status & kOffsMisaligned) os << " a group boundary is not a multiple of " << kGroupAlign << ";";
+  if (status & kOffsMisaligned)
+    os << " a group boundary is not a multiple of " << kGroupAlign << ";";
   return os.str();
 }
 

@@ -31,23 +31,23 @@ decltype(auto) with_op(const char* op, F&& body) {
 }  // namespace mxq::detail
 
 // MXQ_CHECK(cond, "message parts", value, ...): a bad argument (Error::Kind::kInvalidArgument).
-#define MXQ_CHECK(cond, ...) \
-  do {                       \
+#define MXQ_CHECK(cond, ...)                                                             \
+  do {                                                                                   \
     if (!(cond)) ::mxq::detail::fail(::mxq::Error::Kind::kInvalidArgument, __VA_ARGS__); \
   } while (0)
 
 // MXQ_CHECK_SUPPORTED(cond, ...): a missing capability of this build or device (kUnsupported).
-#define MXQ_CHECK_SUPPORTED(cond, ...) \
-  do {                                 \
+#define MXQ_CHECK_SUPPORTED(cond, ...)                                               \
+  do {                                                                               \
     if (!(cond)) ::mxq::detail::fail(::mxq::Error::Kind::kUnsupported, __VA_ARGS__); \
   } while (0)
 
 // MXQ_CHECK_CUDA(call): the CUDA error's name and text (kCuda). Only for files that include the
 // CUDA runtime (the macro names cudaGetErrorName).
-#define MXQ_CHECK_CUDA(call)                                                                      \
-  do {                                                                                            \
-    const cudaError_t mxq_err_ = (call);                                                          \
-    if (mxq_err_ != cudaSuccess)                                                                  \
+#define MXQ_CHECK_CUDA(call)                                                                    \
+  do {                                                                                          \
+    const cudaError_t mxq_err_ = (call);                                                        \
+    if (mxq_err_ != cudaSuccess)                                                                \
       ::mxq::detail::fail(::mxq::Error::Kind::kCuda, "CUDA error ", cudaGetErrorName(mxq_err_), \
-                          ": ", cudaGetErrorString(mxq_err_));                                   \
+                          ": ", cudaGetErrorString(mxq_err_));                                  \
   } while (0)

@@ -27,9 +27,8 @@ void require_supported_device() {
   cudaFuncAttributes attr{};
   const cudaError_t err = cudaFuncGetAttributes(&attr, kernels::probe_kernel);
   if (err != cudaSuccess) (void)cudaGetLastError();
-  MXQ_CHECK_SUPPORTED(err == cudaSuccess, "no kernel code for ", prop.name,
-                      " (compute capability ", prop.major, ".", prop.minor,
-                      "); this build targets ", MXQ_CUDA_ARCHS);
+  MXQ_CHECK_SUPPORTED(err == cudaSuccess, "no kernel code for ", prop.name, " (compute capability ",
+                      prop.major, ".", prop.minor, "); this build targets ", MXQ_CUDA_ARCHS);
   verified.fetch_or(bit, std::memory_order_relaxed);
 }
 

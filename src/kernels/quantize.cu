@@ -1,5 +1,5 @@
 // MXFP8 quantization kernels: rowwise 1x32, colwise 32x1 (transposed output) and the fused
-// dual-axis kernel, all one templated tile kernel (docs/numerics.md; docs/numerics.md §2-§8).
+// dual-axis kernel, all one templated tile kernel (docs/numerics.md §2-§8).
 //
 // x: bf16 (M, K) row-major. Outputs, each optional per variant:
 //   q_row (M, K) e4m3 and s_row in the blocked layout;

@@ -176,7 +176,10 @@ class TestDequantizeArguments:
         q = torch.zeros(128, 48, dtype=torch.float8_e4m3fn, device=device)
         s = torch.zeros(128, 4, dtype=torch.float8_e8m0fnu, device=device)
         where = "the GPU" if device == "cuda" else "the CPU reference"
-        with _raises(ValueError, f"mxq.dequantize: cols must be a multiple of {32 if device == 'cpu' else 128} on {where}, got 48"):
+        with _raises(
+            ValueError,
+            f"mxq.dequantize: cols must be a multiple of {32 if device == 'cpu' else 128} on {where}, got 48",
+        ):
             mxq.dequantize(q, s)
 
     def test_offs_dtype(self, device):
