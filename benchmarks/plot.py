@@ -19,12 +19,12 @@ import sys
 from collections import OrderedDict
 from pathlib import Path
 
-# Peers on the H200 (CUDA-graph replay over rotating inputs, per call, TB/s at 4.0625 B/elem), copied from
-# shared/anchors/h200_peers_2026-12-02.json (measured 2026-12-02; see shared/anchors/README.md).
+# Peers on the H200 (CUDA-graph replay over rotating inputs, per call, TB/s at 4.0625 B/elem), measured on
+# 2026-12-02 with the same method as `mxq bench`, outside this repository; these constants are the record.
 #   triton:  torchao Triton dim0 + dim1 casts + blocked swizzles of both scale tensors
 #   compile: torch.compile of the reference to_mx on x and x.t() plus to_blocked
 #   triton_grouped: the Triton casts with the M-groups and K-groups swizzles (G = 4, 8)
-PEERS_SOURCE = "shared/anchors/h200_peers_2026-12-02.json"
+PEERS_SOURCE = "H200 peers measured 2026-12-02 (constants in benchmarks/plot.py)"
 PEERS_DENSE = {
     (8192, 2048): {"torchao Triton": 1.264, "torch.compile": 0.806},
     (8192, 7168): {"torchao Triton": 1.476, "torch.compile": 0.909},

@@ -14,7 +14,10 @@
 
 namespace mxq::kernels {
 
-constexpr int kTile = 128;  // every quantize / swizzle / dequantize CTA owns a 128x128 element tile
+// Every quantize / swizzle / dequantize CTA owns a 128x128 element tile: one 128x4 scale atom per
+// axis (layout.h ties kAtomRows and kAtomCols * kBlock to 128).
+constexpr int kTile = kAtomRows;
+static_assert(kTile == kAtomCols * kBlock, "a tile's 128 columns are one atom's 4 scale columns");
 constexpr uint32_t kAbsMask2 = 0x7FFF7FFFu;
 constexpr uint32_t kNanWord = 0x7F7F7F7Fu;  // four e4m3 NaN bytes
 

@@ -1,7 +1,13 @@
-// Bad input on the GPU path (SPEC §9): every op throws mxq::Error naming the argument (and its
-// value where it has one) before any launch, and nothing is written: every output still holds the
-// poison, every guard band is intact. Also the empty-input rules: M = 0 dense launches nothing; M =
-// 0 grouped still owns a zeroed s_col.
+// Bad input on the GPU path (docs/numerics.md §9): every entry point throws mxq::Error
+// (kInvalidArgument) naming the argument (and its value where it has one) before any launch, and
+// nothing is written: every output still holds the poison, every guard band is intact. Also the
+// rules of the one params struct (a null data/scale pair skips that axis; half a pair, no axis at
+// all, or a status word without offs is refused; the composed path needs both axes) and the
+// empty-input rules: M = 0 dense launches nothing; M = 0 grouped still owns a zeroed s_col and the
+// status word, on every path that has them.
+//
+// Pointer residency (a host pointer given to a GPU entry point) is not checked by mxq any more (it
+// cost microseconds per call; mxq.h), so no case here passes host memory.
 #include <algorithm>
 #include <cctype>
 #include <regex>
@@ -15,15 +21,15 @@ namespace {
 constexpr int64_t kM = 256;
 constexpr int64_t kK = 256;
 
-enum class Api { kRowwise, kColwise, kSwizzle, kFused, kComposed, kDequantize };
+// The entry point and the axes it is given: mxq::quantize with rowwise, colwise or both pairs,
+// mxq::quantize_composed, mxq::dequantize.
+enum class Api { kRowwise, kColwise, kFused, kComposed, kDequantize };
 const char* api_name(Api a) {
   switch (a) {
     case Api::kRowwise:
       return "rowwise";
     case Api::kColwise:
       return "colwise";
-    case Api::kSwizzle:
-      return "swizzle";
     case Api::kFused:
       return "fused";
     case Api::kComposed:
@@ -33,33 +39,34 @@ const char* api_name(Api a) {
   }
   return "?";
 }
+const char* op_of(Api a) {
+  switch (a) {
+    case Api::kComposed:
+      return "mxq::quantize_composed";
+    case Api::kDequantize:
+      return "mxq::dequantize";
+    default:
+      return "mxq::quantize";
+  }
+}
 
-// Valid arguments of every op (grouped, G = 2), which a case then breaks in one place.
+// Valid arguments of every entry point (grouped, G = 2), which a case then breaks in one place.
 struct Call {
-  RowwiseParams row;
-  ColwiseParams col;
-  SwizzleParams swizzle;
-  DualParams dual;
+  QuantizeParams q;  // the pairs of the Api's axes set, the others null
   DequantizeParams dequant;
   void* workspace = nullptr;
+  uint8_t* spare = nullptr;  // a valid, 16-byte aligned device buffer of kM * kK bytes
 };
 
 void invoke(Api api, const Call& c) {
   switch (api) {
     case Api::kRowwise:
-      quantize_rowwise(c.row);
-      break;
     case Api::kColwise:
-      quantize_colwise(c.col);
-      break;
-    case Api::kSwizzle:
-      swizzle_col_scales(c.swizzle);
-      break;
     case Api::kFused:
-      quantize_dual(c.dual);
+      quantize(c.q);
       break;
     case Api::kComposed:
-      quantize_dual_composed(c.dual, c.workspace);
+      quantize_composed(c.q, c.workspace);
       break;
     case Api::kDequantize:
       dequantize(c.dequant);
@@ -67,8 +74,7 @@ void invoke(Api api, const Call& c) {
   }
 }
 
-// `host` is host memory large enough for any buffer of the problem.
-using Mutation = void (*)(Call&, uint8_t* host);
+using Mutation = void (*)(Call&);
 
 struct BadCase {
   std::string name;
@@ -85,139 +91,119 @@ T* shifted(T* p, int bytes) {
 }
 
 std::vector<BadCase> bad_cases() {
+  using Words = std::vector<std::string>;
   std::vector<BadCase> cases;
-  // Dual: the same breakages for the fused and the composed path.
-  const std::vector<std::tuple<std::string, Mutation, std::vector<std::string>>> dual = {
-      {"x_host", [](Call& c, uint8_t* h) { c.dual.x = h; }, {"x"}},
-      {"x_null", [](Call& c, uint8_t*) { c.dual.x = nullptr; }, {"x"}},
-      {"x_misaligned", [](Call& c, uint8_t*) { c.dual.x = shifted(c.dual.x, 2); }, {"x"}},
-      {"M_not_multiple_of_128", [](Call& c, uint8_t*) { c.dual.M = 160; }, {"M", "160"}},
-      {"K_not_multiple_of_128", [](Call& c, uint8_t*) { c.dual.K = 192; }, {"K", "192"}},
-      {"M_negative", [](Call& c, uint8_t*) { c.dual.M = -128; }, {"M", "-128"}},
-      {"K_beyond_int32",
-       [](Call& c, uint8_t*) { c.dual.K = int64_t(1) << 31; },
-       {"K", "2147483648"}},
-      {"q_row_null", [](Call& c, uint8_t*) { c.dual.q_row = nullptr; }, {"q_row"}},
-      {"s_row_null", [](Call& c, uint8_t*) { c.dual.s_row = nullptr; }, {"s_row"}},
-      {"q_col_null", [](Call& c, uint8_t*) { c.dual.q_col = nullptr; }, {"q_col"}},
-      {"s_col_null", [](Call& c, uint8_t*) { c.dual.s_col = nullptr; }, {"s_col"}},
-      {"q_row_host", [](Call& c, uint8_t* h) { c.dual.q_row = h; }, {"q_row"}},
-      {"s_col_host", [](Call& c, uint8_t* h) { c.dual.s_col = h; }, {"s_col"}},
-      {"q_col_misaligned",
-       [](Call& c, uint8_t*) { c.dual.q_col = shifted(c.dual.q_col, 1); },
-       {"q_col"}},
-      {"offs_host",
-       [](Call& c, uint8_t* h) { c.dual.offs = reinterpret_cast<int32_t*>(h); },
-       {"offs"}},
-      {"offs_misaligned",
-       [](Call& c, uint8_t*) { c.dual.offs = shifted(c.dual.offs, 2); },
-       {"offs"}},
-      {"num_groups_0_with_offs",
-       [](Call& c, uint8_t*) { c.dual.num_groups = 0; },
-       {"num_groups", "0"}},
+  // Breakages that do not depend on the axes: every quantize Api.
+  const std::vector<std::tuple<std::string, Mutation, Words>> common = {
+      {"x_null", [](Call& c) { c.q.x = nullptr; }, {"x", "null"}},
+      {"x_misaligned", [](Call& c) { c.q.x = shifted(c.q.x, 2); }, {"x", "16-byte"}},
+      {"M_not_multiple_of_128", [](Call& c) { c.q.M = 160; }, {"M", "128", "160"}},
+      {"K_not_multiple_of_128", [](Call& c) { c.q.K = 192; }, {"K", "128", "192"}},
+      {"M_negative", [](Call& c) { c.q.M = -128; }, {"M", "-128"}},
+      {"K_beyond_int32", [](Call& c) { c.q.K = int64_t(1) << 31; }, {"K", "2147483648"}},
+      {"offs_misaligned", [](Call& c) { c.q.offs = shifted(c.q.offs, 2); }, {"offs"}},
+      {"num_groups_0_with_offs", [](Call& c) { c.q.num_groups = 0; }, {"num_groups", "0"}},
       {"num_groups_above_max",
-       [](Call& c, uint8_t*) { c.dual.num_groups = kMaxGroups + 1; },
+       [](Call& c) { c.q.num_groups = kMaxGroups + 1; },
        {"num_groups", std::to_string(kMaxGroups + 1)}},
-      {"num_groups_without_offs",
-       [](Call& c, uint8_t*) { c.dual.offs = nullptr; },
-       {"num_groups", "2"}},
-      {"status_host",
-       [](Call& c, uint8_t* h) { c.dual.status = reinterpret_cast<int32_t*>(h); },
-       {"status"}},
-      {"status_misaligned",
-       [](Call& c, uint8_t*) { c.dual.status = shifted(c.dual.status, 1); },
-       {"status"}},
+      {"num_groups_without_offs", [](Call& c) { c.q.offs = nullptr; }, {"num_groups", "2"}},
+      {"status_without_offs",
+       [](Call& c) {
+         c.q.offs = nullptr;
+         c.q.num_groups = 0;
+       },
+       {"status", "offs"}},
+      {"status_misaligned", [](Call& c) { c.q.status = shifted(c.q.status, 1); }, {"status"}},
       {"rounding_invalid",
-       [](Call& c, uint8_t*) { c.dual.rounding = static_cast<ScaleRounding>(7); },
+       [](Call& c) { c.q.rounding = static_cast<ScaleRounding>(7); },
        {"rounding", "7"}},
+      {"nothing_to_compute",
+       [](Call& c) { c.q.q_row = c.q.s_row = c.q.q_col = c.q.s_col = nullptr; },
+       {"nothing to compute"}},
   };
-  for (Api api : {Api::kFused, Api::kComposed}) {
-    for (const auto& [name, mutate, words] : dual) cases.push_back({name, api, mutate, words});
+  for (Api api : {Api::kRowwise, Api::kColwise, Api::kFused, Api::kComposed}) {
+    for (const auto& [name, mutate, words] : common) cases.push_back({name, api, mutate, words});
   }
-  cases.push_back({"workspace_null",
-                   Api::kComposed,
-                   [](Call& c, uint8_t*) { c.workspace = nullptr; },
-                   {"workspace"}});
-  cases.push_back({"workspace_host",
-                   Api::kComposed,
-                   [](Call& c, uint8_t* h) { c.workspace = h; },
-                   {"workspace"}});
-
-  cases.push_back({"x_host", Api::kRowwise, [](Call& c, uint8_t* h) { c.row.x = h; }, {"x"}});
-  cases.push_back({"M_not_multiple_of_128",
+  // Half a pair: the message names both members (a null pair would skip the axis).
+  const std::vector<std::tuple<std::string, Mutation, Words>> rowwise_pair = {
+      {"q_row_null", [](Call& c) { c.q.q_row = nullptr; }, {"q_row", "s_row", "both"}},
+      {"s_row_null", [](Call& c) { c.q.s_row = nullptr; }, {"q_row", "s_row", "both"}},
+      {"q_row_misaligned", [](Call& c) { c.q.q_row = shifted(c.q.q_row, 8); }, {"q_row"}},
+      {"s_row_misaligned", [](Call& c) { c.q.s_row = shifted(c.q.s_row, 4); }, {"s_row"}},
+  };
+  const std::vector<std::tuple<std::string, Mutation, Words>> colwise_pair = {
+      {"q_col_null", [](Call& c) { c.q.q_col = nullptr; }, {"q_col", "s_col", "both"}},
+      {"s_col_null", [](Call& c) { c.q.s_col = nullptr; }, {"q_col", "s_col", "both"}},
+      {"q_col_misaligned", [](Call& c) { c.q.q_col = shifted(c.q.q_col, 1); }, {"q_col"}},
+      {"s_col_misaligned", [](Call& c) { c.q.s_col = shifted(c.q.s_col, 2); }, {"s_col"}},
+  };
+  for (Api api : {Api::kRowwise, Api::kFused, Api::kComposed}) {
+    for (const auto& [name, mutate, words] : rowwise_pair) {
+      cases.push_back({name, api, mutate, words});
+    }
+  }
+  for (Api api : {Api::kColwise, Api::kFused, Api::kComposed}) {
+    for (const auto& [name, mutate, words] : colwise_pair) {
+      cases.push_back({name, api, mutate, words});
+    }
+  }
+  // Half of the skipped axis' pair given.
+  cases.push_back({"q_col_without_s_col",
                    Api::kRowwise,
-                   [](Call& c, uint8_t*) { c.row.M = 96; },
-                   {"M", "96"}});
-  cases.push_back(
-      {"q_row_null", Api::kRowwise, [](Call& c, uint8_t*) { c.row.q_row = nullptr; }, {"q_row"}});
-  cases.push_back(
-      {"s_row_host", Api::kRowwise, [](Call& c, uint8_t* h) { c.row.s_row = h; }, {"s_row"}});
-  cases.push_back({"rounding_invalid",
+                   [](Call& c) { c.q.q_col = c.spare; },
+                   {"q_col", "s_col", "both"}});
+  cases.push_back({"s_col_without_q_col",
                    Api::kRowwise,
-                   [](Call& c, uint8_t*) { c.row.rounding = static_cast<ScaleRounding>(-1); },
-                   {"rounding", "-1"}});
-
-  cases.push_back({"x_misaligned",
+                   [](Call& c) { c.q.s_col = c.spare; },
+                   {"q_col", "s_col", "both"}});
+  cases.push_back({"q_row_without_s_row",
                    Api::kColwise,
-                   [](Call& c, uint8_t*) { c.col.x = shifted(c.col.x, 8); },
-                   {"x"}});
-  cases.push_back({"K_not_multiple_of_128",
+                   [](Call& c) { c.q.q_row = c.spare; },
+                   {"q_row", "s_row", "both"}});
+  cases.push_back({"s_row_without_q_row",
                    Api::kColwise,
-                   [](Call& c, uint8_t*) { c.col.K = 320; },
-                   {"K", "320"}});
+                   [](Call& c) { c.q.s_row = c.spare; },
+                   {"q_row", "s_row", "both"}});
+  // The composed path: both axes and its workspace.
+  cases.push_back({"rowwise_only",
+                   Api::kComposed,
+                   [](Call& c) { c.q.q_col = c.q.s_col = nullptr; },
+                   {"composed", "both", "q_col", "s_col"}});
+  cases.push_back({"colwise_only",
+                   Api::kComposed,
+                   [](Call& c) { c.q.q_row = c.q.s_row = nullptr; },
+                   {"composed", "both", "q_row", "s_row"}});
   cases.push_back(
-      {"q_col_host", Api::kColwise, [](Call& c, uint8_t* h) { c.col.q_col = h; }, {"q_col"}});
-  cases.push_back({"s_col_plain_null",
-                   Api::kColwise,
-                   [](Call& c, uint8_t*) { c.col.s_col_plain = nullptr; },
-                   {"s_col_plain"}});
+      {"workspace_null", Api::kComposed, [](Call& c) { c.workspace = nullptr; }, {"workspace"}});
 
-  cases.push_back({"s_col_plain_host",
-                   Api::kSwizzle,
-                   [](Call& c, uint8_t* h) { c.swizzle.s_col_plain = h; },
-                   {"s_col_plain"}});
-  cases.push_back({"s_col_null",
-                   Api::kSwizzle,
-                   [](Call& c, uint8_t*) { c.swizzle.s_col = nullptr; },
-                   {"s_col"}});
-  cases.push_back({"M_not_multiple_of_128",
-                   Api::kSwizzle,
-                   [](Call& c, uint8_t*) { c.swizzle.M = 200; },
-                   {"M", "200"}});
-  cases.push_back({"offs_host",
-                   Api::kSwizzle,
-                   [](Call& c, uint8_t* h) { c.swizzle.offs = reinterpret_cast<int32_t*>(h); },
-                   {"offs"}});
-  cases.push_back({"num_groups_0_with_offs",
-                   Api::kSwizzle,
-                   [](Call& c, uint8_t*) { c.swizzle.num_groups = 0; },
-                   {"num_groups", "0"}});
-
+  cases.push_back({"q_null", Api::kDequantize, [](Call& c) { c.dequant.q = nullptr; }, {"q"}});
   cases.push_back(
-      {"q_null", Api::kDequantize, [](Call& c, uint8_t*) { c.dequant.q = nullptr; }, {"q"}});
-  cases.push_back({"scales_host",
+      {"scales_null", Api::kDequantize, [](Call& c) { c.dequant.scales = nullptr; }, {"scales"}});
+  cases.push_back(
+      {"out_null", Api::kDequantize, [](Call& c) { c.dequant.out = nullptr; }, {"out"}});
+  cases.push_back({"out_misaligned",
                    Api::kDequantize,
-                   [](Call& c, uint8_t* h) { c.dequant.scales = h; },
-                   {"scales"}});
-  cases.push_back(
-      {"out_null", Api::kDequantize, [](Call& c, uint8_t*) { c.dequant.out = nullptr; }, {"out"}});
-  cases.push_back(
-      {"out_host", Api::kDequantize, [](Call& c, uint8_t* h) { c.dequant.out = h; }, {"out"}});
+                   [](Call& c) { c.dequant.out = shifted(c.dequant.out, 2); },
+                   {"out"}});
   cases.push_back({"rows_not_multiple_of_128",
                    Api::kDequantize,
-                   [](Call& c, uint8_t*) { c.dequant.rows = 224; },
+                   [](Call& c) { c.dequant.rows = 224; },
                    {"rows", "224"}});
   cases.push_back({"cols_not_multiple_of_128",
                    Api::kDequantize,
-                   [](Call& c, uint8_t*) { c.dequant.cols = 32; },
+                   [](Call& c) { c.dequant.cols = 32; },
                    {"cols", "32"}});
   cases.push_back({"num_groups_above_max",
                    Api::kDequantize,
-                   [](Call& c, uint8_t*) {
-                     c.dequant.offs = c.swizzle.offs;
+                   [](Call& c) {
+                     c.dequant.offs = c.q.offs;
                      c.dequant.num_groups = kMaxGroups + 1;
                    },
                    {"num_groups", std::to_string(kMaxGroups + 1)}});
+  cases.push_back({"status_without_offs",
+                   Api::kDequantize,
+                   [](Call& c) { c.dequant.status = c.q.status; },
+                   {"status", "offs"}});
   return cases;
 }
 
@@ -239,22 +225,22 @@ TEST_P(GpuBadInput, ThrowsNamingTheArgumentAndWritesNothing) {
   DeviceProblem dev(x, kM, kK, stream.get());
   dev.set_offs({128, 256});
   GuardedBuffer dq_out("dequantize out", size_t(kM * kK * 2));
-  std::vector<uint8_t> host(size_t(kM * kK * 4),
-                            kPoison);  // host memory big enough for any argument
+  GuardedBuffer spare("spare", size_t(kM * kK));
 
   Call call;
-  call.row = dev.rowwise_params(ScaleRounding::kRceil);
-  call.col = dev.colwise_params(ScaleRounding::kRceil);
-  call.dual = dev.dual_params(ScaleRounding::kRceil);
+  switch (bad.api) {
+    case Api::kRowwise:
+      call.q = dev.params(Path::kRowwise, ScaleRounding::kRceil);
+      break;
+    case Api::kColwise:
+      call.q = dev.params(Path::kColwise, ScaleRounding::kRceil);
+      break;
+    default:
+      call.q = dev.params(Path::kFused, ScaleRounding::kRceil);
+      break;
+  }
   call.workspace = dev.workspace();
-  call.swizzle.s_col_plain = dev.s_col_plain().data();
-  call.swizzle.M = kM;
-  call.swizzle.K = kK;
-  call.swizzle.offs = call.dual.offs;
-  call.swizzle.num_groups = call.dual.num_groups;
-  call.swizzle.s_col = dev.s_col().data();
-  call.swizzle.status = call.dual.status;
-  call.swizzle.stream = stream.get();
+  call.spare = spare.data();
   call.dequant.q = dev.q_row().data();
   call.dequant.scales = dev.s_row().data();
   call.dequant.rows = kM;
@@ -264,25 +250,31 @@ TEST_P(GpuBadInput, ThrowsNamingTheArgumentAndWritesNothing) {
 
   dev.poison();
   dq_out.fill(kPoison, stream.get());
+  spare.fill(kPoison, stream.get());
   MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
 
-  bad.mutate(call, host.data());
+  bad.mutate(call);
   try {
     invoke(bad.api, call);
     ADD_FAILURE() << api_name(bad.api) << " accepted " << bad.name;
   } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument) << what;
+    const std::string op = std::string(op_of(bad.api)) + ": ";
+    EXPECT_EQ(what.rfind(op, 0), 0u) << "what() should start with \"" << op << "\": " << what;
+    EXPECT_EQ(what, op + e.message());
     for (const std::string& w : bad.words) {
-      EXPECT_TRUE(has_word(e.what(), w)) << "message should name \"" << w << "\": " << e.what();
+      EXPECT_TRUE(has_word(what, w)) << "message should name \"" << w << "\": " << what;
     }
   }
   dev.expect_untouched();
-  EXPECT_TRUE(dq_out.guards_intact(stream.get()));
-  EXPECT_TRUE(dq_out.all_bytes_are(kPoison, stream.get()));
-  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](uint8_t b) { return b == kPoison; }))
-      << "the host buffer passed as an argument was written";
+  for (const GuardedBuffer* b : {&dq_out, &spare}) {
+    EXPECT_TRUE(b->guards_intact(stream.get()));
+    EXPECT_TRUE(b->all_bytes_are(kPoison, stream.get()));
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(SpecSection9, GpuBadInput, ::testing::ValuesIn(bad_cases()),
+INSTANTIATE_TEST_SUITE_P(Cases, GpuBadInput, ::testing::ValuesIn(bad_cases()),
                          [](const ::testing::TestParamInfo<BadCase>& info) {
                            return std::string(api_name(info.param.api)) + "_" + info.param.name;
                          });
@@ -298,10 +290,22 @@ TEST_F(GpuValidInput, BaseArgumentsAreAccepted) {
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
     EXPECT_NO_THROW(dev.run(path, ScaleRounding::kRceil)) << path_name(path);
   }
+  GuardedBuffer dq_out("dequantize out", size_t(kM * kK * 2));
+  DequantizeParams d;
+  d.q = dev.q_row().data();
+  d.scales = dev.s_row().data();
+  d.rows = kM;
+  d.cols = kK;
+  d.out = dq_out.data();
+  d.stream = stream.get();
+  EXPECT_NO_THROW(dequantize(d));
+  MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
 }
 
-// M = 0: a dense call launches nothing and writes nothing; a grouped call still owns s_col (K, 4G),
-// all zero (every group is empty, SPEC §6), and writes status 0.
+// M = 0 (docs/numerics.md §6, §9): a dense call launches nothing and writes nothing; a grouped call
+// still owns the status word (every path writes 0) and, with the colwise axis, s_col (K, 4G), all
+// zero (every group is empty). DeviceProblem::run checks that nothing else is written: the
+// rowwise-only call writes the status word alone.
 TEST_F(GpuValidInput, ZeroTokens) {
   Stream stream;
   const std::vector<uint16_t> x;
@@ -314,12 +318,41 @@ TEST_F(GpuValidInput, ZeroTokens) {
   }
   const std::vector<int32_t> offs = {0, 0, 0};
   dev.set_offs(offs);
-  for (Path path : {Path::kFused, Path::kComposed}) {
+  const Shape2d s_col = s_col_shape(0, kK, 3);
+  ASSERT_GT(s_col.bytes(), 0);
+  for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
+    SCOPED_TRACE(path_name(path));
     const HostOutputs got = dev.run(path, ScaleRounding::kRceil);
-    EXPECT_TRUE(same_bytes(got.s_col,
-                           std::vector<uint8_t>(size_t(s_col_shape(0, kK, 3).bytes()), 0),
-                           s_col_shape(0, kK, 3).cols, std::string(path_name(path)) + " s_col"));
-    EXPECT_EQ(got.status, 0) << path_name(path) << ": " << describe_status(got.status);
+    if (has_colwise(path)) {
+      EXPECT_TRUE(same_bytes(got.s_col, std::vector<uint8_t>(size_t(s_col.bytes()), 0), s_col.cols,
+                             std::string(path_name(path)) + " s_col"));
+    }
+    EXPECT_EQ(got.status, 0) << describe_status(got.status);
+    // The status word reports on the offs: malformed ones are reported with M = 0 too.
+    dev.set_offs({128, 0, 0});
+    const HostOutputs bad = dev.run(path, ScaleRounding::kRceil);
+    EXPECT_EQ(bad.status, kOffsBeyondM | kOffsDecreasing) << describe_status(bad.status);
+    dev.set_offs(offs);
+  }
+}
+
+// K = 0: no data and no scale bytes at all, but a grouped call still writes its status word.
+TEST_F(GpuValidInput, ZeroFeatures) {
+  Stream stream;
+  const std::vector<uint16_t> x;
+  DeviceProblem dev(x, kM, 0, stream.get());
+  for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
+    SCOPED_TRACE(path_name(path));
+    dev.poison();
+    EXPECT_NO_THROW(dev.launch(path, ScaleRounding::kRceil));
+    dev.expect_untouched();
+  }
+  dev.set_offs({128, 256});
+  ASSERT_EQ(s_col_shape(kM, 0, 2).bytes(), 0);
+  for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
+    SCOPED_TRACE(path_name(path));
+    const HostOutputs got = dev.run(path, ScaleRounding::kRceil);
+    EXPECT_EQ(got.status, 0) << "the status word was not written: " << describe_status(got.status);
   }
 }
 

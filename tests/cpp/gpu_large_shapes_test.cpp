@@ -1,8 +1,9 @@
-// GpuLargeShapes: the six SPEC §10 shapes, byte-exact against the CPU reference. One input per
-// shape (normal with the SPEC §4 blocks planted along rows and columns), the reference computed
-// once, then compared with the fused, composed, rowwise and colwise outputs (dense), and with fused
-// and composed in grouped mode (G = 8 with empty groups and a tail; the K-groups s_col from the
-// reference swizzle of the reference plain scales). Costly (131072x7168 bf16 is 1.9 GB): skip with
+// GpuLargeShapes: the six benchmark shapes of docs/numerics.md, byte-exact against the CPU
+// reference. One input per shape (normal with the docs/numerics.md §4 blocks planted along rows and
+// columns), the reference computed once (dense), then compared with the fused, composed, rowwise
+// and colwise outputs, dense and in grouped mode (G = 8 with empty groups and a tail; the K-groups
+// s_col is torchao's K-groups rearrangement of the reference's plain colwise scales, test_util.h
+// to_kgroups, so no second reference pass). Costly (131072x7168 bf16 is 1.9 GB): skip with
 // --gtest_filter=-*GpuLargeShapes* (ctest: -E GpuLargeShapes).
 #include "gpu_util.h"
 
@@ -20,7 +21,7 @@ TEST_P(GpuLargeShapes, AllPathsMatchReference) {
 
   const std::vector<uint16_t> x = make_large_special_input(M, K, seed);
   HostOutputs want = reference_outputs(x, M, K, {}, r);
-  std::vector<uint8_t> want_kgroups = reference_swizzle(want.s_col_plain, M, K, offs);
+  std::vector<uint8_t> want_kgroups = to_kgroups(want.s_col_plain, M, K, offs);
 
   Stream stream;
   DeviceProblem dev(x, M, K, stream.get());
@@ -31,8 +32,9 @@ TEST_P(GpuLargeShapes, AllPathsMatchReference) {
                              0, "dense");
   }
   dev.set_offs(offs);
-  std::swap(want.s_col, want_kgroups);  // q_row, s_row, q_col are those of dense mode (SPEC §6)
-  for (Path path : {Path::kFused, Path::kComposed}) {
+  // q_row, s_row, q_col are those of dense mode (docs/numerics.md §6).
+  std::swap(want.s_col, want_kgroups);
+  for (Path path : {Path::kFused, Path::kComposed, Path::kRowwise, Path::kColwise}) {
     expect_matches_reference(dev.run(path, r, kPoison, /*check_untouched=*/false), want, path, M, K,
                              8, "grouped");
   }

@@ -1,8 +1,12 @@
-// Malformed device offs (SPEC §9: checked on the device): every grouped op must not throw (the
+// Malformed device offs (docs/numerics.md §6, §9: checked on the device): every grouped op (each
+// quantize path: rowwise only, colwise only, fused, composed; and dequantize) must not throw (the
 // offsets are not read on the host), must not write outside its outputs (guard bands, x and offs
-// unchanged, the context still healthy), and must set the status word to the right StatusBits.
-// mxq::validate_offs names the first bad index and mxq::check_status throws.
+// unchanged, the other axis and the workspace still poisoned, the context still healthy), and must
+// set the status word to the right StatusBits. The rowwise-only path needs no offs for its outputs
+// and still writes the status word. mxq::validate_offs names the first bad index and
+// mxq::check_status throws.
 #include <climits>
+#include <functional>
 #include <tuple>
 
 #include "gpu_util.h"
@@ -16,7 +20,7 @@ constexpr int64_t kK = 256;
 struct BadOffs {
   const char* name;
   std::vector<int32_t> offs;
-  int32_t bits;             // the status word SPEC §9 / StatusBits prescribe
+  int32_t bits;             // the status word StatusBits prescribe (docs/numerics.md §6)
   const char* first_entry;  // what validate_offs must name: "offs[i]=v"
 };
 
@@ -43,19 +47,36 @@ const std::vector<BadOffs>& bad_offs_cases() {
   return cases;
 }
 
-enum class GroupedOp { kFused, kComposed, kSwizzle, kDequantize };
+enum class GroupedOp { kRowwise, kColwise, kFused, kComposed, kDequantize };
 const char* op_name(GroupedOp op) {
   switch (op) {
+    case GroupedOp::kRowwise:
+      return "rowwise";
+    case GroupedOp::kColwise:
+      return "colwise";
     case GroupedOp::kFused:
       return "fused";
     case GroupedOp::kComposed:
       return "composed";
-    case GroupedOp::kSwizzle:
-      return "swizzle";
     case GroupedOp::kDequantize:
       return "dequantize";
   }
   return "?";
+}
+constexpr GroupedOp kAllOps[] = {GroupedOp::kRowwise, GroupedOp::kColwise, GroupedOp::kFused,
+                                 GroupedOp::kComposed, GroupedOp::kDequantize};
+
+Path path_of(GroupedOp op) {
+  switch (op) {
+    case GroupedOp::kRowwise:
+      return Path::kRowwise;
+    case GroupedOp::kColwise:
+      return Path::kColwise;
+    case GroupedOp::kFused:
+      return Path::kFused;
+    default:
+      return Path::kComposed;
+  }
 }
 
 void PrintTo(GroupedOp op, std::ostream* os) { *os << op_name(op); }
@@ -72,44 +93,30 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
 int32_t run_grouped_op(GroupedOp op, const std::vector<int32_t>& offs, uint64_t seed) {
   Stream stream;
   const int64_t G = int64_t(offs.size());
-  if (op == GroupedOp::kFused || op == GroupedOp::kComposed) {
+  if (op != GroupedOp::kDequantize) {
     const std::vector<uint16_t> x = make_input(kM, kK, Dist::kSpecial, seed);
     DeviceProblem dev(x, kM, kK, stream.get());
     dev.set_offs(offs);
-    const Path path = op == GroupedOp::kFused ? Path::kFused : Path::kComposed;
+    const Path path = path_of(op);
     dev.poison();
     EXPECT_NO_THROW(dev.launch(path, ScaleRounding::kRceil))
         << "offs are checked on the device, not the host";
-    return dev.collect(path).status;  // synchronizes, checks guards, x and offs unchanged
+    // Synchronizes, checks guards, x and offs unchanged, the outputs the path does not own (the
+    // other axis, the workspace) still poisoned.
+    return dev.collect(path).status;
   }
-  // swizzle: plain S_col (K, M/32) -> s_col; dequantize: q_col (K, M) + K-groups s_col -> bf16 (K,
-  // M).
-  const bool swizzle = op == GroupedOp::kSwizzle;
-  const std::vector<uint8_t> in_a =
-      random_bytes(size_t(swizzle ? s_col_plain_shape(kM, kK).bytes() : kK * kM), seed);
-  const std::vector<uint8_t> in_b =
-      random_bytes(size_t(swizzle ? 0 : s_col_shape(kM, kK, G).bytes()), seed ^ 1);
-  GuardedBuffer a(swizzle ? "s_col_plain" : "q", in_a.size()), b("scales", in_b.size());
+  // dequantize: q_col (K, M) + K-groups s_col -> bf16 (K, M).
+  const std::vector<uint8_t> in_a = random_bytes(size_t(kK * kM), seed);
+  const std::vector<uint8_t> in_b = random_bytes(size_t(s_col_shape(kM, kK, G).bytes()), seed ^ 1);
+  GuardedBuffer a("q", in_a.size()), b("scales", in_b.size());
   GuardedBuffer d_offs("offs", offs.size() * sizeof(int32_t)), status("status", sizeof(int32_t));
-  GuardedBuffer out(swizzle ? "s_col" : "out",
-                    size_t(swizzle ? s_col_shape(kM, kK, G).bytes() : kK * kM * 2));
+  GuardedBuffer out("out", size_t(kK * kM * 2));
   a.upload(in_a.data(), stream.get());
   b.upload(in_b.data(), stream.get());
   d_offs.upload(offs.data(), stream.get());
   out.fill(kPoison, stream.get());
   status.fill(kPoison, stream.get());
-  if (swizzle) {
-    SwizzleParams p;
-    p.s_col_plain = a.data();
-    p.M = kM;
-    p.K = kK;
-    p.offs = d_offs.as<int32_t>();
-    p.num_groups = G;
-    p.s_col = out.data();
-    p.status = status.as<int32_t>();
-    p.stream = stream.get();
-    EXPECT_NO_THROW(swizzle_col_scales(p)) << "offs are checked on the device, not the host";
-  } else {
+  {
     DequantizeParams p;
     p.q = a.data();
     p.scales = b.data();
@@ -157,8 +164,7 @@ std::string malformed_name(const ::testing::TestParamInfo<MalformedParam>& info)
 
 INSTANTIATE_TEST_SUITE_P(
     Offs, GpuMalformedOffs,
-    ::testing::Combine(::testing::Values(GroupedOp::kFused, GroupedOp::kComposed,
-                                         GroupedOp::kSwizzle, GroupedOp::kDequantize),
+    ::testing::Combine(::testing::ValuesIn(kAllOps),
                        ::testing::Range<size_t>(0, bad_offs_cases().size())),
     malformed_name);
 
@@ -186,14 +192,17 @@ TEST_P(GpuOffsCheckers, CheckStatusThrowsOnTheStatusAnOpWrote) {
   const std::vector<uint16_t> x = make_input(kM, kK, Dist::kNormal, test_seed());
   DeviceProblem dev(x, kM, kK, stream.get());
   dev.set_offs(bad.offs);
-  dev.poison();
-  quantize_dual(dev.dual_params(ScaleRounding::kRceil));
-  try {
-    check_status(dev.status().as<int32_t>(), stream.get());
-    ADD_FAILURE() << "check_status accepted the status of offs " << offs_to_string(bad.offs);
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(describe_status(bad.bits)), std::string::npos)
-        << "message should carry \"" << describe_status(bad.bits) << "\": " << e.what();
+  for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
+    SCOPED_TRACE(path_name(path));
+    dev.poison();
+    dev.launch(path, ScaleRounding::kRceil);
+    try {
+      check_status(dev.status().as<int32_t>(), stream.get());
+      ADD_FAILURE() << "check_status accepted the status of offs " << offs_to_string(bad.offs);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
+      EXPECT_EQ(std::string(e.what()), "mxq::check_status: " + describe_status(bad.bits));
+    }
   }
 }
 
@@ -216,8 +225,7 @@ TEST_F(GpuGoodOffs, StatusZeroAndCheckersSilent) {
                                                   make_offs(kM, 64, GroupFill::kTail, 7)};
   for (const auto& offs : good) {
     SCOPED_TRACE("offs " + offs_to_string(offs));
-    for (GroupedOp op :
-         {GroupedOp::kFused, GroupedOp::kComposed, GroupedOp::kSwizzle, GroupedOp::kDequantize}) {
+    for (GroupedOp op : kAllOps) {
       EXPECT_EQ(run_grouped_op(op, offs, test_seed(offs.size())), 0) << op_name(op);
     }
     Stream stream;
@@ -227,18 +235,33 @@ TEST_F(GpuGoodOffs, StatusZeroAndCheckersSilent) {
   }
 }
 
+// The whole message of each refusal (what() = "<op>: <message>"), and its kind.
+void expect_refusal(const std::function<void()>& call, const std::string& what) {
+  try {
+    call();
+    ADD_FAILURE() << "accepted; expected \"" << what << "\"";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument) << e.what();
+    EXPECT_EQ(std::string(e.what()), what);
+  }
+}
+
 TEST_F(GpuGoodOffs, ValidateOffsRejectsBadArguments) {
   Stream stream;
   const std::vector<int32_t> offs = {128, 256};
   GuardedBuffer d_offs("offs", offs.size() * sizeof(int32_t));
   d_offs.upload(offs.data(), stream.get());
-  EXPECT_THROW(validate_offs(d_offs.as<int32_t>(), 0, kM, stream.get()), Error);
-  EXPECT_THROW(validate_offs(d_offs.as<int32_t>(), kMaxGroups + 1, kM, stream.get()), Error);
-  EXPECT_THROW(validate_offs(nullptr, 2, kM, stream.get()), Error);
-  EXPECT_THROW(validate_offs(offs.data(), 2, kM, stream.get()), Error) << "a host pointer for offs";
-  EXPECT_THROW(validate_offs(d_offs.as<int32_t>(), 2, 128, stream.get()), Error)
-      << "offs[1]=256 > M=128";
-  EXPECT_THROW(check_status(nullptr, stream.get()), Error);
+  const int32_t* d = d_offs.as<int32_t>();
+  cudaStream_t s = stream.get();
+  expect_refusal([&] { validate_offs(d, 0, kM, s); },
+                 "mxq::validate_offs: offs must hold 1 to 1024 group end offsets, got G=0");
+  expect_refusal([&] { validate_offs(d, kMaxGroups + 1, kM, s); },
+                 "mxq::validate_offs: offs must hold 1 to 1024 group end offsets, got G=1025");
+  expect_refusal([&] { validate_offs(nullptr, 2, kM, s); }, "mxq::validate_offs: offs is null");
+  expect_refusal([&] { validate_offs(d, 2, 128, s); },
+                 "mxq::validate_offs: offs[1]=256 exceeds M=128");
+  expect_refusal([&] { check_status(nullptr, s); }, "mxq::check_status: status is null");
+  EXPECT_TRUE(d_offs.guards_intact(s));
 }
 
 }  // namespace

@@ -1,12 +1,15 @@
-// swizzle_col_scales and dequantize on the device, byte-exact against the CPU reference:
-//   GpuSwizzle     random plain S_col bytes -> dense blocked or K-groups (device offs): slack and
-//                  tail zeroed, also checked against the SPEC §5-§6 placement written out from
-//                  layout.h
-//   GpuDequantize  rowwise (q_row + s_row), colwise (q_col (K, M) + dense s_col, and K-groups s_col
-//                  + offs) on random e4m3 and E8M0 bytes (NaN codes and scale 255 included), and
-//                  every (q, s) pair
-// Inputs are random bytes, not quantizer outputs: every code, including ones a quantizer never
-// writes.
+// The composed path's swizzle and dequantize on the device, byte-exact against the CPU reference:
+//   GpuComposedSwizzle  the colwise scale placement of quantize_composed (its third kernel, plain
+//                       S_col -> dense blocked or K-groups from device offs, slack and tail zeroed)
+//                       on inputs whose 32x1 blocks take every scale byte; every output against the
+//                       reference and s_col also against torchao's to_blocked / K-groups
+//                       rearrangement (test_util.h, independent of layout.h)
+//   GpuDequantize       rowwise (q_row + s_row), colwise (q_col (K, M) + dense s_col, and K-groups
+//                       s_col + offs) on random e4m3 and E8M0 bytes (NaN codes and scale 255
+//                       included), and every (q, s) pair
+// Dequantize inputs are random bytes, not quantizer outputs: every code, including ones a quantizer
+// never writes.
+#include <algorithm>
 #include <tuple>
 
 #include "gpu_util.h"
@@ -39,53 +42,59 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// GpuSwizzle
+// GpuComposedSwizzle
 // ------------------------------------------------------------------------------------------------
-using SwizzleParam = std::tuple<Shape, Grouping>;
-class GpuSwizzle : public GpuTestWithParam<SwizzleParam> {};
+// x whose colwise 32x1 blocks take every scale byte: block (i, k) (rows 32i..32i+31 of column k)
+// has a random top exponent field E in 0..254 (its largest magnitude, at a random row) and values
+// one to three binades below it, or (1 in 32) a NaN or an Inf (scale 255).
+std::vector<uint16_t> make_scale_sweep_input(int64_t M, int64_t K, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint16_t> x(size_t(M * K));
+  for (int64_t i = 0; i < M / kBlock; ++i) {
+    for (int64_t k = 0; k < K; ++k) {
+      const int top = int(rng() % 255);
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const int e = std::max(0, top - 1 - int(rng() % 3));
+        x[size_t((i * kBlock + j) * K + k)] =
+            uint16_t((e << 7) | (rng() & 0x7F) | ((rng() & 1) ? 0x8000 : 0));
+      }
+      uint16_t peak = uint16_t((top << 7) | (rng() & 0x7F));
+      if (rng() % 32 == 0) peak = (rng() & 1) ? 0x7FC0 : 0x7F80;
+      x[size_t((i * kBlock + int64_t(rng() % kBlock)) * K + k)] =
+          uint16_t(peak | ((rng() & 1) ? 0x8000 : 0));
+    }
+  }
+  return x;
+}
 
-TEST_P(GpuSwizzle, MatchesReference) {
+using SwizzleParam = std::tuple<Shape, Grouping>;
+class GpuComposedSwizzle : public GpuTestWithParam<SwizzleParam> {};
+
+TEST_P(GpuComposedSwizzle, MatchesReferenceAndTorchaoLayout) {
   const auto [shape, grouping] = GetParam();
   const int64_t M = shape.M, K = shape.K, G = grouping.G;
+  const ScaleRounding r = ScaleRounding::kRceil;
   const uint64_t seed = test_seed();
   const std::vector<int32_t> offs =
       G ? make_offs(M, G, grouping.fill, seed ^ 1) : std::vector<int32_t>{};
   SCOPED_TRACE("seed " + std::to_string(seed) + ", offs " + offs_to_string(offs));
-  const std::vector<uint8_t> plain = random_bytes(size_t(s_col_plain_shape(M, K).bytes()), seed);
-  const std::vector<uint8_t> want = reference_swizzle(plain, M, K, offs);
+  const std::vector<uint16_t> x = make_scale_sweep_input(M, K, seed);
+  const HostOutputs want = reference_outputs(x, M, K, offs, r);
+  // The placement is checked on many different bytes, not on a few repeated values.
+  std::vector<bool> seen(256, false);
+  for (uint8_t v : want.s_col_plain) seen[v] = true;
+  EXPECT_GE(std::count(seen.begin(), seen.end(), true), 128)
+      << "the input should give the colwise blocks most scale bytes";
 
   Stream stream;
-  GuardedBuffer d_plain("s_col_plain", plain.size()), d_offs("offs", offs.size() * sizeof(int32_t));
-  GuardedBuffer d_s_col("s_col", size_t(s_col_shape(M, K, G).bytes())),
-      d_status("status", sizeof(int32_t));
-  d_plain.upload(plain.data(), stream.get());
-  d_offs.upload(offs.data(), stream.get());
-  d_s_col.fill(kPoison, stream.get());
-  d_status.fill(kPoison, stream.get());
-
-  SwizzleParams p;
-  p.s_col_plain = d_plain.data();
-  p.M = M;
-  p.K = K;
-  p.offs = G ? d_offs.as<int32_t>() : nullptr;
-  p.num_groups = G;
-  p.s_col = d_s_col.data();
-  p.status = G ? d_status.as<int32_t>() : nullptr;
-  p.stream = stream.get();
-  swizzle_col_scales(p);
-  MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
-
-  for (const GuardedBuffer* b : {&d_plain, &d_offs, &d_s_col, &d_status})
-    EXPECT_TRUE(b->guards_intact(stream.get()));
-  EXPECT_TRUE(d_plain.holds(plain, stream.get()));
-  const std::vector<uint8_t> got = d_s_col.download(stream.get());
-  EXPECT_TRUE(same_bytes(got, want, s_col_shape(M, K, G).cols, "s_col"));
-  EXPECT_TRUE(col_scale_layout_holds(got, plain, M, K, offs));
+  DeviceProblem dev(x, M, K, stream.get());
+  dev.set_offs(offs);
+  // Dense: the status word is not the composed path's and must stay poisoned (DeviceProblem::owns).
+  const HostOutputs got = dev.run(Path::kComposed, r);
+  expect_matches_reference(got, want, Path::kComposed, M, K, G);
+  EXPECT_TRUE(col_scale_layout_holds(got.s_col, want.s_col_plain, M, K, offs));
   if (G) {
-    EXPECT_NO_THROW(check_status(d_status.as<int32_t>(), stream.get()));
-  } else {
-    EXPECT_TRUE(d_status.all_bytes_are(kPoison, stream.get()))
-        << "dense swizzle was given no status word";
+    EXPECT_NO_THROW(check_status(dev.status().as<int32_t>(), stream.get()));
   }
 }
 
@@ -93,7 +102,7 @@ std::string swizzle_name(const ::testing::TestParamInfo<SwizzleParam>& info) {
   return shape_name(std::get<0>(info.param)) + "_" + grouping_name(std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, GpuSwizzle,
+INSTANTIATE_TEST_SUITE_P(Layouts, GpuComposedSwizzle,
                          ::testing::Combine(::testing::Values(Shape{128, 128}, Shape{256, 512},
                                                               Shape{1024, 384}, Shape{512, 4096},
                                                               Shape{8192, 256}),

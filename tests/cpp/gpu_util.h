@@ -3,7 +3,7 @@
 // path on the device and hands back host copies of every output after checking that nothing outside
 // the outputs changed.
 //
-// Every comparison is raw bytes against mxq::ref::* on host copies (test_util.h bytes_equal reports
+// Every comparison is raw bytes against mxq::ref::quantize on host copies (test_util.h bytes_equal reports
 // the mismatch count, the first coordinate and both bytes). Tests go through the public API only.
 #pragma once
 
@@ -118,7 +118,7 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
 }
 
 // Fast input for the large shapes: approximately normal (Irwin-Hall of 4 uniforms), generated in
-// parallel, with the SPEC §4 blocks planted along rows and columns at random positions like
+// parallel, with the docs/numerics.md §4 blocks planted along rows and columns at random positions like
 // make_input(kSpecial).
 inline std::vector<uint16_t> make_large_special_input(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<uint16_t> x(static_cast<size_t>(rows * cols));
@@ -332,11 +332,13 @@ class GuardedBuffer {
 };
 
 // ---- one problem on the device, every path ----
+// Every path is one call of the public API on the same buffers; with offs (grouped mode) every path
+// also gets offs and the status word, which it must write on every call.
 enum class Path {
-  kRowwise,   // quantize_rowwise: q_row, s_row
-  kColwise,   // quantize_colwise: q_col, s_col_plain
-  kFused,     // quantize_dual: q_row, s_row, q_col, s_col (+ status when grouped)
-  kComposed,  // quantize_dual_composed: the same outputs, workspace as scratch
+  kRowwise,   // mxq::quantize with q_row, s_row (q_col, s_col null: that axis skipped)
+  kColwise,   // mxq::quantize with q_col, s_col: blocked, or K-groups with offs
+  kFused,     // mxq::quantize with all four
+  kComposed,  // mxq::quantize_composed: all four, the workspace as its only scratch
 };
 inline const char* path_name(Path p) {
   switch (p) {
@@ -351,6 +353,8 @@ inline const char* path_name(Path p) {
   }
   return "?";
 }
+inline bool has_rowwise(Path p) { return p != Path::kColwise; }
+inline bool has_colwise(Path p) { return p != Path::kRowwise; }
 inline const char* rounding_name(ScaleRounding r) { return to_string(r); }
 
 // Printers, so GoogleTest and ctest show parameters as words instead of bytes.
@@ -360,7 +364,10 @@ inline void PrintTo(const Shape& s, std::ostream* os) { *os << shape_name(s); }
 
 // Host copies of the outputs of a run (or of the reference). A path fills only the outputs it owns.
 struct HostOutputs {
-  std::vector<uint8_t> q_row, s_row, q_col, s_col, s_col_plain;
+  std::vector<uint8_t> q_row, s_row, q_col, s_col;
+  // The plain colwise scales S_col (K, M/32): filled by reference_outputs only (no GPU entry point
+  // returns them), for the layout oracle col_scale_layout_holds.
+  std::vector<uint8_t> s_col_plain;
   int32_t status = 0;
 };
 
@@ -377,9 +384,25 @@ inline std::vector<uint8_t> unblock(const std::vector<uint8_t>& blocked, int64_t
   return plain;
 }
 
-// The CPU reference of all five outputs: mxq::ref::quantize_dual (with offs when given), and the
-// plain colwise scales (mxq::ref::quantize_colwise when grouped, else read out of the dense s_col:
-// no second pass).
+// The dense blocked colwise scales of x by a colwise-only reference call without offs.
+inline std::vector<uint8_t> reference_dense_s_col(const std::vector<uint16_t>& x, int64_t M,
+                                                  int64_t K, ScaleRounding rounding) {
+  std::vector<uint8_t> q_col(size_t(q_col_shape(M, K).bytes()));
+  std::vector<uint8_t> s_col(size_t(s_col_shape(M, K).bytes()));
+  QuantizeParams p;
+  p.x = x.data();
+  p.M = M;
+  p.K = K;
+  p.rounding = rounding;
+  p.q_col = q_col.data();
+  p.s_col = s_col.data();
+  ref::quantize(p);
+  return s_col;
+}
+
+// The CPU reference of every output: one mxq::ref::quantize call with all four outputs (and offs
+// and the status word when given), plus the plain colwise scales (read out of the dense s_col; when
+// grouped, out of a second, colwise-only dense call).
 inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, int64_t K,
                                      const std::vector<int32_t>& offs, ScaleRounding rounding) {
   const int64_t G = int64_t(offs.size());
@@ -388,7 +411,8 @@ inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, 
   want.s_row.resize(size_t(s_row_shape(M, K).bytes()));
   want.q_col.resize(size_t(q_col_shape(M, K).bytes()));
   want.s_col.resize(size_t(s_col_shape(M, K, G).bytes()));
-  DualParams p;
+  want.status = 0x5A5A5A5A;
+  QuantizeParams p;
   p.x = x.data();
   p.M = M;
   p.K = K;
@@ -399,38 +423,22 @@ inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, 
   p.s_row = want.s_row.data();
   p.q_col = want.q_col.data();
   p.s_col = want.s_col.data();
-  ref::quantize_dual(p);
-  if (G == 0) {
-    want.s_col_plain = unblock(want.s_col, K, M / kBlock);
+  p.status = G ? &want.status : nullptr;
+  ref::quantize(p);
+  if (G > 0) {
+    EXPECT_EQ(want.status, 0) << "the reference's status word for well-formed offs";
   } else {
-    want.s_col_plain.resize(size_t(s_col_plain_shape(M, K).bytes()));
-    std::vector<uint8_t> q_col(want.q_col.size());
-    ref::quantize_colwise(
-        {x.data(), M, K, rounding, q_col.data(), want.s_col_plain.data(), nullptr});
+    want.status = 0;
   }
+  want.s_col_plain =
+      unblock(G == 0 ? want.s_col : reference_dense_s_col(x, M, K, rounding), K, M / kBlock);
   return want;
 }
 
-// K-groups s_col from plain colwise scales, by the reference swizzle.
-inline std::vector<uint8_t> reference_swizzle(const std::vector<uint8_t>& plain, int64_t M,
-                                              int64_t K, const std::vector<int32_t>& offs) {
-  const int64_t G = int64_t(offs.size());
-  std::vector<uint8_t> s_col(size_t(s_col_shape(M, K, G).bytes()));
-  SwizzleParams p;
-  p.s_col_plain = plain.data();
-  p.M = M;
-  p.K = K;
-  p.offs = G ? offs.data() : nullptr;
-  p.num_groups = G;
-  p.s_col = s_col.data();
-  ref::swizzle_col_scales(p);
-  return s_col;
-}
-
-// The SPEC §5-§6 placement of plain colwise scales built torchao's way (test_util.h to_blocked /
-// to_kgroups, independent of layout.h): a second oracle beside the reference. Dense blocked when
-// offs is empty, else the K-groups layout with every byte after the last group (slack, the
-// uncovered tail's scales) 0.
+// The docs/numerics.md §5-§6 placement of plain colwise scales built torchao's way (test_util.h
+// to_blocked / to_kgroups, independent of layout.h): a second oracle beside the reference. Dense
+// blocked when offs is empty, else the K-groups layout with every byte after the last group (slack,
+// the uncovered tail's scales) 0.
 inline ::testing::AssertionResult col_scale_layout_holds(const std::vector<uint8_t>& s_col,
                                                          const std::vector<uint8_t>& plain,
                                                          int64_t M, int64_t K,
@@ -456,7 +464,6 @@ class DeviceProblem {
     q_row_ = GuardedBuffer("q_row", size_t(q_row_shape(M, K).bytes()));
     s_row_ = GuardedBuffer("s_row", size_t(s_row_shape(M, K).bytes()));
     q_col_ = GuardedBuffer("q_col", size_t(q_col_shape(M, K).bytes()));
-    s_col_plain_ = GuardedBuffer("s_col_plain", size_t(s_col_plain_shape(M, K).bytes()));
     workspace_ = GuardedBuffer("workspace", size_t(composed_workspace_bytes(M, K)));
     status_ = GuardedBuffer("status", sizeof(int32_t));
     set_offs({});
@@ -482,27 +489,26 @@ class DeviceProblem {
   const GuardedBuffer& s_row() const { return s_row_; }
   const GuardedBuffer& q_col() const { return q_col_; }
   const GuardedBuffer& s_col() const { return s_col_; }
-  const GuardedBuffer& s_col_plain() const { return s_col_plain_; }
+  const GuardedBuffer& workspace_buffer() const { return workspace_; }
   void* workspace() const { return workspace_.data(); }
 
-  RowwiseParams rowwise_params(ScaleRounding r) const {
-    return {x_.data(), M_, K_, r, q_row_.data(), s_row_.data(), stream_};
-  }
-  ColwiseParams colwise_params(ScaleRounding r) const {
-    return {x_.data(), M_, K_, r, q_col_.data(), s_col_plain_.data(), stream_};
-  }
-  DualParams dual_params(ScaleRounding r) const {
-    DualParams p;
+  // The params of `path`: the pairs of the skipped axis null; offs and status when grouped.
+  QuantizeParams params(Path path, ScaleRounding r) const {
+    QuantizeParams p;
     p.x = x_.data();
     p.M = M_;
     p.K = K_;
     p.rounding = r;
     p.offs = grouped() ? offs_.as<int32_t>() : nullptr;
     p.num_groups = num_groups();
-    p.q_row = q_row_.data();
-    p.s_row = s_row_.data();
-    p.q_col = q_col_.data();
-    p.s_col = s_col_.data();
+    if (has_rowwise(path)) {
+      p.q_row = q_row_.data();
+      p.s_row = s_row_.data();
+    }
+    if (has_colwise(path)) {
+      p.q_col = q_col_.data();
+      p.s_col = s_col_.data();
+    }
     p.status = grouped() ? status_.as<int32_t>() : nullptr;
     p.stream = stream_;
     return p;
@@ -515,19 +521,10 @@ class DeviceProblem {
 
   // Enqueues the path (no synchronization: usable under graph capture).
   void launch(Path path, ScaleRounding r) const {
-    switch (path) {
-      case Path::kRowwise:
-        quantize_rowwise(rowwise_params(r));
-        break;
-      case Path::kColwise:
-        quantize_colwise(colwise_params(r));
-        break;
-      case Path::kFused:
-        quantize_dual(dual_params(r));
-        break;
-      case Path::kComposed:
-        quantize_dual_composed(dual_params(r), workspace());
-        break;
+    if (path == Path::kComposed) {
+      quantize_composed(params(path, r), workspace());
+    } else {
+      quantize(params(path, r));
     }
   }
 
@@ -542,7 +539,6 @@ class DeviceProblem {
     if (owns(path, s_row_)) s_row_.download_into(got.s_row, stream_);
     if (owns(path, q_col_)) q_col_.download_into(got.q_col, stream_);
     if (owns(path, s_col_)) s_col_.download_into(got.s_col, stream_);
-    if (owns(path, s_col_plain_)) s_col_plain_.download_into(got.s_col_plain, stream_);
     if (owns(path, status_)) {
       const std::vector<uint8_t> s = status_.download(stream_);
       std::memcpy(&got.status, s.data(), sizeof got.status);
@@ -557,8 +553,9 @@ class DeviceProblem {
     return collect(path, poison_byte, check_untouched);
   }
 
-  // Guard bands of x, offs and every output intact; unowned outputs still hold the poison; x and
-  // offs unchanged.
+  // Guard bands of x, offs and every output intact; unowned outputs (the other axis, the workspace
+  // outside the composed path, the status word in dense mode) still hold the poison; x and offs
+  // unchanged.
   void expect_nothing_outside(Path path, uint8_t poisoned_with, bool check_untouched) const {
     for (const GuardedBuffer* b : all()) {
       EXPECT_TRUE(b->guards_intact(stream_)) << "after " << path_name(path);
@@ -582,33 +579,29 @@ class DeviceProblem {
     EXPECT_TRUE(offs_.holds(as_bytes(offs_host_), stream_));
   }
 
+  // What `path` may write: its axes' data and scales, the status word when grouped, and the
+  // workspace on the composed path (its only scratch).
   bool owns(Path path, const GuardedBuffer& b) const {
-    switch (path) {
-      case Path::kRowwise:
-        return &b == &q_row_ || &b == &s_row_;
-      case Path::kColwise:
-        return &b == &q_col_ || &b == &s_col_plain_;
-      case Path::kFused:
-      case Path::kComposed:
-        return &b == &q_row_ || &b == &s_row_ || &b == &q_col_ || &b == &s_col_ ||
-               (grouped() && &b == &status_) || (path == Path::kComposed && &b == &workspace_);
-    }
+    if (&b == &q_row_ || &b == &s_row_) return has_rowwise(path);
+    if (&b == &q_col_ || &b == &s_col_) return has_colwise(path);
+    if (&b == &status_) return grouped();
+    if (&b == &workspace_) return path == Path::kComposed;
     return false;
   }
 
  private:
   std::vector<const GuardedBuffer*> outputs() const {
-    return {&q_row_, &s_row_, &q_col_, &s_col_, &s_col_plain_, &workspace_, &status_};
+    return {&q_row_, &s_row_, &q_col_, &s_col_, &workspace_, &status_};
   }
   std::vector<const GuardedBuffer*> all() const {
-    return {&x_, &offs_, &q_row_, &s_row_, &q_col_, &s_col_, &s_col_plain_, &workspace_, &status_};
+    return {&x_, &offs_, &q_row_, &s_row_, &q_col_, &s_col_, &workspace_, &status_};
   }
 
   int64_t M_, K_;
   cudaStream_t stream_;
   const std::vector<uint16_t>* x_host_;
   std::vector<int32_t> offs_host_;
-  GuardedBuffer x_, offs_, q_row_, s_row_, q_col_, s_col_, s_col_plain_, workspace_, status_;
+  GuardedBuffer x_, offs_, q_row_, s_row_, q_col_, s_col_, workspace_, status_;
 };
 
 // Byte-exact comparison of every output `path` owns with the reference (and status 0 when grouped).
@@ -616,23 +609,16 @@ inline void expect_matches_reference(const HostOutputs& got, const HostOutputs& 
                                      int64_t M, int64_t K, int64_t G,
                                      const std::string& label = "") {
   const std::string at = std::string(path_name(path)) + (label.empty() ? "" : " " + label) + " ";
-  const bool dual = path == Path::kFused || path == Path::kComposed;
-  if (path == Path::kRowwise || dual) {
+  if (has_rowwise(path)) {
     EXPECT_TRUE(same_bytes(got.q_row, want.q_row, K, at + "q_row"));
     EXPECT_TRUE(same_bytes(got.s_row, want.s_row, s_row_shape(M, K).cols, at + "s_row"));
   }
-  if (path == Path::kColwise || dual) {
+  if (has_colwise(path)) {
     EXPECT_TRUE(same_bytes(got.q_col, want.q_col, M, at + "q_col"));
-  }
-  if (path == Path::kColwise) {
-    EXPECT_TRUE(same_bytes(got.s_col_plain, want.s_col_plain, s_col_plain_shape(M, K).cols,
-                           at + "s_col_plain"));
-  }
-  if (dual) {
     EXPECT_TRUE(same_bytes(got.s_col, want.s_col, s_col_shape(M, K, G).cols, at + "s_col"));
-    if (G > 0) {
-      EXPECT_EQ(got.status, 0) << at << "status: " << describe_status(got.status);
-    }
+  }
+  if (G > 0) {
+    EXPECT_EQ(got.status, 0) << at << "status: " << describe_status(got.status);
   }
 }
 

@@ -1,7 +1,8 @@
 // The CPU reference (mxq::ref) against docs/numerics.md: the §4 table byte for byte, a naive
 // test-side oracle (plain loops over §2 and torchao's layout constructions of §5-§6), the
-// structural identities (colwise(x) = rowwise(x^T), dual = rowwise + colwise + swizzle), the
-// every-byte rule of §7, and dequantize (§8).
+// structural identities (colwise(x) = rowwise(x^T); all four outputs in one call = a rowwise-only
+// call + a colwise-only call, dense and grouped), the every-byte rule of §7, the status word, and
+// dequantize (§8).
 #include <cmath>
 #include <optional>
 
@@ -73,7 +74,7 @@ struct Problem {
 };
 
 struct Outputs {  // what reference calls wrote, by name; empty when not produced
-  Bytes q_row, s_row, q_col, s_col_plain, s_col;
+  Bytes q_row, s_row, q_col, s_col;
 };
 
 ::testing::AssertionResult same(const Problem& p, const Outputs& a, const Outputs& b) {
@@ -84,7 +85,6 @@ struct Outputs {  // what reference calls wrote, by name; empty when not produce
   } fields[] = {{"q_row", a.q_row, b.q_row, p.K},
                 {"s_row", a.s_row, b.s_row, s_row_shape(p.M, p.K).cols},
                 {"q_col", a.q_col, b.q_col, p.M},
-                {"s_col_plain", a.s_col_plain, b.s_col_plain, p.M / kBlock},
                 {"s_col", a.s_col, b.s_col, s_col_shape(p.M, p.K, p.groups()).cols}};
   for (const auto& f : fields) {
     const auto r = bytes_equal(f.got, f.want, std::max<int64_t>(f.cols, 1), f.name);
@@ -95,77 +95,54 @@ struct Outputs {  // what reference calls wrote, by name; empty when not produce
 
 Bytes poisoned(int64_t bytes, uint8_t poison) { return Bytes(static_cast<size_t>(bytes), poison); }
 
-Outputs run_rowwise(const Problem& p, uint8_t poison = kPoison) {
-  Outputs o{poisoned(q_row_shape(p.M, p.K).bytes(), poison),
-            poisoned(s_row_shape(p.M, p.K).bytes(), poison)};
-  RowwiseParams params;
-  params.x = p.x.data();
-  params.M = p.M;
-  params.K = p.K;
-  params.rounding = p.rule;
-  params.q_row = o.q_row.data();
-  params.s_row = o.s_row.data();
-  ref::quantize_rowwise(params);
-  return o;
-}
+// Which pairs one mxq::ref::quantize call is given (a null pair skips that axis).
+enum class Axes { kRowwise, kColwise, kBoth };
 
-Outputs run_colwise(const Problem& p, uint8_t poison = kPoison) {
+// One mxq::ref::quantize call with the outputs of `axes` poisoned first (offs, and `status` when
+// given, in grouped mode).
+Outputs run_quantize(const Problem& p, Axes axes, uint8_t poison = kPoison,
+                     int32_t* status = nullptr) {
   Outputs o;
-  o.q_col = poisoned(q_col_shape(p.M, p.K).bytes(), poison);
-  o.s_col_plain = poisoned(s_col_plain_shape(p.M, p.K).bytes(), poison);
-  ColwiseParams params;
+  QuantizeParams params;
   params.x = p.x.data();
   params.M = p.M;
   params.K = p.K;
   params.rounding = p.rule;
-  params.q_col = o.q_col.data();
-  params.s_col_plain = o.s_col_plain.data();
-  ref::quantize_colwise(params);
-  return o;
-}
-
-Bytes run_swizzle(const Problem& p, const Bytes& s_col_plain, uint8_t poison = kPoison) {
-  Bytes s_col = poisoned(s_col_shape(p.M, p.K, p.groups()).bytes(), poison);
-  SwizzleParams params;
-  params.s_col_plain = s_col_plain.data();
-  params.M = p.M;
-  params.K = p.K;
   params.offs = p.offs_ptr();
   params.num_groups = p.groups();
-  params.s_col = s_col.data();
-  ref::swizzle_col_scales(params);
-  return s_col;
+  params.status = status;
+  if (axes != Axes::kColwise) {
+    o.q_row = poisoned(q_row_shape(p.M, p.K).bytes(), poison);
+    o.s_row = poisoned(s_row_shape(p.M, p.K).bytes(), poison);
+    params.q_row = o.q_row.data();
+    params.s_row = o.s_row.data();
+  }
+  if (axes != Axes::kRowwise) {
+    o.q_col = poisoned(q_col_shape(p.M, p.K).bytes(), poison);
+    o.s_col = poisoned(s_col_shape(p.M, p.K, p.groups()).bytes(), poison);
+    params.q_col = o.q_col.data();
+    params.s_col = o.s_col.data();
+  }
+  ref::quantize(params);
+  return o;
 }
 
-// rowwise + colwise + swizzle, the composed path's three steps.
-Outputs run_composed(const Problem& p, uint8_t poison = kPoison) {
+Outputs run_rowwise(const Problem& p, uint8_t poison = kPoison) {
+  return run_quantize(p, Axes::kRowwise, poison);
+}
+Outputs run_colwise(const Problem& p, uint8_t poison = kPoison) {
+  return run_quantize(p, Axes::kColwise, poison);
+}
+Outputs run_fused(const Problem& p, uint8_t poison = kPoison, int32_t* status = nullptr) {
+  return run_quantize(p, Axes::kBoth, poison, status);
+}
+
+// A rowwise-only call and a colwise-only call: the axes one at a time.
+Outputs run_split(const Problem& p, uint8_t poison = kPoison) {
   Outputs o = run_rowwise(p, poison);
   Outputs col = run_colwise(p, poison);
   o.q_col = std::move(col.q_col);
-  o.s_col_plain = std::move(col.s_col_plain);
-  o.s_col = run_swizzle(p, o.s_col_plain, poison);
-  return o;
-}
-
-Outputs run_dual(const Problem& p, uint8_t poison = kPoison, int32_t* status = nullptr) {
-  Outputs o;
-  o.q_row = poisoned(q_row_shape(p.M, p.K).bytes(), poison);
-  o.s_row = poisoned(s_row_shape(p.M, p.K).bytes(), poison);
-  o.q_col = poisoned(q_col_shape(p.M, p.K).bytes(), poison);
-  o.s_col = poisoned(s_col_shape(p.M, p.K, p.groups()).bytes(), poison);
-  DualParams params;
-  params.x = p.x.data();
-  params.M = p.M;
-  params.K = p.K;
-  params.rounding = p.rule;
-  params.offs = p.offs_ptr();
-  params.num_groups = p.groups();
-  params.q_row = o.q_row.data();
-  params.s_row = o.s_row.data();
-  params.q_col = o.q_col.data();
-  params.s_col = o.s_col.data();
-  params.status = status;
-  ref::quantize_dual(params);
+  o.s_col = std::move(col.s_col);
   return o;
 }
 
@@ -276,9 +253,9 @@ TEST_P(SpecTable, ReferenceOps) {
     p.x[static_cast<size_t>(5 * 64 + 32 + i)] = row().block[i];
     p.x[static_cast<size_t>((32 + i) * 64 + 7)] = row().block[i];
   }
-  const Outputs o = run_composed(p);
-  const Outputs dual = run_dual(p);
-  for (const Outputs* out : {&o, &dual}) {
+  const Outputs o = run_split(p);
+  const Outputs fused = run_fused(p);
+  for (const Outputs* out : {&o, &fused}) {
     EXPECT_TRUE(bytes_equal(Bytes(out->q_row.begin() + 5 * 64 + 32, out->q_row.begin() + 6 * 64),
                             want_q(), kBlock, "q_row[5, 32:64]"));
     EXPECT_TRUE(bytes_equal(Bytes(out->q_col.begin() + 7 * 64 + 32, out->q_col.begin() + 8 * 64),
@@ -286,7 +263,6 @@ TEST_P(SpecTable, ReferenceOps) {
     EXPECT_EQ(int(out->s_row[blocked_offset(5, 1, 2)]), int(want_s()));
     EXPECT_EQ(int(out->s_col[blocked_offset(7, 1, 2)]), int(want_s()));
   }
-  EXPECT_EQ(int(o.s_col_plain[7 * 2 + 1]), int(want_s()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Rows, SpecTable,
@@ -322,34 +298,32 @@ TEST_P(ReferenceDense, MatchesNaiveOracle) {  // §2 and §5.2, padding included
   want.q_row = rows.q;
   want.s_row = to_blocked(rows.s, p.M, p.K / kBlock);
   want.q_col = cols.q;
-  want.s_col_plain = cols.s;
   want.s_col = to_blocked(cols.s, p.K, p.M / kBlock);
-  EXPECT_TRUE(same(p, run_composed(p), want));
-  want.s_col_plain.clear();
-  EXPECT_TRUE(same(p, run_dual(p), want));
+  EXPECT_TRUE(same(p, run_split(p), want));
+  EXPECT_TRUE(same(p, run_fused(p), want));
 }
 
 TEST_P(ReferenceDense, ColwiseIsRowwiseOfTranspose) {  // §5.1
   const Problem p = problem();
   const Problem t{p.K, p.M, p.rule, transpose(p.x, p.M, p.K)};
-  const Outputs col = run_composed(p);
+  const Outputs col = run_colwise(p);
   const Outputs row_of_t = run_rowwise(t);
   EXPECT_TRUE(bytes_equal(col.q_col, row_of_t.q_row, p.M, "q_col(x) vs q_row(x^T)"));
   const int64_t width = s_col_shape(p.M, p.K).cols;
   EXPECT_TRUE(bytes_equal(col.s_col, row_of_t.s_row, width, "s_col(x) vs s_row(x^T)"));
 }
 
-TEST_P(ReferenceDense, DualIsComposition) {  // §5.1: dual == rowwise + colwise + swizzle
+// §5.1: one call for both axes gives the bytes of a rowwise-only and a colwise-only call.
+TEST_P(ReferenceDense, BothAxesAreTheAxesOneAtATime) {
   const Problem p = problem();
-  Outputs composed = run_composed(p);
-  composed.s_col_plain.clear();
-  EXPECT_TRUE(same(p, run_dual(p), composed));
+  EXPECT_TRUE(same(p, run_fused(p), run_split(p)));
 }
 
 TEST_P(ReferenceDense, EveryByteWritten) {  // §7: two poisons, identical bytes
   const Problem p = problem();
-  EXPECT_TRUE(same(p, run_composed(p, kPoison), run_composed(p, kPoison2)));
-  EXPECT_TRUE(same(p, run_dual(p, kPoison), run_dual(p, kPoison2)));
+  EXPECT_TRUE(same(p, run_rowwise(p, kPoison), run_rowwise(p, kPoison2)));
+  EXPECT_TRUE(same(p, run_colwise(p, kPoison), run_colwise(p, kPoison2)));
+  EXPECT_TRUE(same(p, run_fused(p, kPoison), run_fused(p, kPoison2)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -397,11 +371,15 @@ class ReferenceGrouped : public ::testing::TestWithParam<std::tuple<GroupedCase,
 
 TEST_P(ReferenceGrouped, DataAndRowScalesAsDense) {  // §6: q_row, q_col, s_row are the dense bytes
   const Problem p = problem();
-  Outputs dense = run_dual(problem(/*grouped=*/false));
-  Outputs grouped = run_dual(p);
+  Outputs dense = run_fused(problem(/*grouped=*/false));
+  Outputs grouped = run_fused(p);
   dense.s_col.clear();
   grouped.s_col.clear();
   EXPECT_TRUE(same(p, grouped, dense));
+  // The axes one at a time with offs: the same bytes as dense too.
+  Outputs split = run_split(p);
+  split.s_col.clear();
+  EXPECT_TRUE(same(p, split, dense));
 }
 
 // §6: the K-groups layout, the tail's scales zeroed, the slack zero.
@@ -410,28 +388,29 @@ TEST_P(ReferenceGrouped, ColScalesAreTorchaoKGroups) {
   const Plain cols = naive_rows(transpose(p.x, p.M, p.K), p.K, p.M, p.rule);
   const Bytes want = to_kgroups(cols.s, p.M, p.K, *p.offs);
   const int64_t width = s_col_shape(p.M, p.K, p.groups()).cols;
-  EXPECT_TRUE(bytes_equal(run_dual(p).s_col, want, width, "dual s_col"));
-  EXPECT_TRUE(bytes_equal(run_composed(p).s_col, want, width, "swizzle s_col"));
+  EXPECT_TRUE(bytes_equal(run_fused(p).s_col, want, width, "both axes: s_col"));
+  EXPECT_TRUE(bytes_equal(run_colwise(p).s_col, want, width, "colwise only: s_col"));
 }
 
-TEST_P(ReferenceGrouped, DualIsComposition) {
+TEST_P(ReferenceGrouped, BothAxesAreTheAxesOneAtATime) {
   const Problem p = problem();
-  Outputs composed = run_composed(p);
-  composed.s_col_plain.clear();
-  EXPECT_TRUE(same(p, run_dual(p), composed));
+  EXPECT_TRUE(same(p, run_fused(p), run_split(p)));
 }
 
 TEST_P(ReferenceGrouped, EveryByteWritten) {  // §7
   const Problem p = problem();
-  EXPECT_TRUE(same(p, run_composed(p, kPoison), run_composed(p, kPoison2)));
-  EXPECT_TRUE(same(p, run_dual(p, kPoison), run_dual(p, kPoison2)));
+  EXPECT_TRUE(same(p, run_rowwise(p, kPoison), run_rowwise(p, kPoison2)));
+  EXPECT_TRUE(same(p, run_colwise(p, kPoison), run_colwise(p, kPoison2)));
+  EXPECT_TRUE(same(p, run_fused(p, kPoison), run_fused(p, kPoison2)));
 }
 
-// mxq.h: the optional status word is written on every call.
+// mxq.h: the optional status word is written on every call, whatever the axes.
 TEST_P(ReferenceGrouped, StatusIsWellFormed) {
-  int32_t status = 0x5A5A5A5A;
-  run_dual(problem(), kPoison, &status);
-  EXPECT_EQ(status, 0);
+  for (Axes axes : {Axes::kRowwise, Axes::kColwise, Axes::kBoth}) {
+    int32_t status = 0x5A5A5A5A;
+    run_quantize(problem(), axes, kPoison, &status);
+    EXPECT_EQ(status, 0) << "axes " << int(axes);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -449,13 +428,17 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + "_" + rule_name(std::get<1>(info.param));
     });
 
-// M = 0: every group is empty, s_col is all slack and still written.
+// M = 0: every group is empty, s_col is all slack and still written, and so is the status word.
 TEST(ReferenceGroupedEmpty, NoTokens) {
   Problem p{0, 256, ScaleRounding::kRceil, {}, std::vector<int32_t>{0, 0}};
-  const Bytes s_col = run_dual(p).s_col;
-  ASSERT_EQ(int64_t(s_col.size()), 256 * 8);
-  EXPECT_TRUE(bytes_equal(s_col, Bytes(s_col.size(), 0), 8, "s_col"));
-  EXPECT_TRUE(bytes_equal(run_swizzle(p, {}), Bytes(s_col.size(), 0), 8, "swizzle s_col"));
+  for (Axes axes : {Axes::kRowwise, Axes::kColwise, Axes::kBoth}) {
+    int32_t status = 0x5A5A5A5A;
+    const Outputs o = run_quantize(p, axes, kPoison, &status);
+    EXPECT_EQ(status, 0) << "axes " << int(axes);
+    if (axes == Axes::kRowwise) continue;
+    ASSERT_EQ(int64_t(o.s_col.size()), 256 * 8);
+    EXPECT_TRUE(bytes_equal(o.s_col, Bytes(o.s_col.size(), 0), 8, "s_col"));
+  }
 }
 
 // ---- §8 dequantize ----
@@ -557,7 +540,7 @@ TEST_P(DequantizeRoundTrip, WithinBlockError) {
   const auto [dist, rule] = GetParam();
   const int64_t M = 512, K = 256;
   Problem p{M, K, rule, make_input(M, K, dist, 77 + int(dist)), std::vector<int32_t>{128, 384}};
-  const Outputs o = run_dual(p);
+  const Outputs o = run_fused(p);
   const Plain rows = naive_rows(p.x, M, K, rule);
   const Plain cols = naive_rows(transpose(p.x, M, K), K, M, rule);
   EXPECT_TRUE(within_block_error(p.x, rows.s, run_dequantize(o.q_row, o.s_row, M, K), M, K))
@@ -606,11 +589,11 @@ TEST_P(DequantizeExact, RepresentableBlocks) {
   const ScaleRounding rule = GetParam();
   const int64_t M = 256, K = 128;
   const Problem row_problem{M, K, rule, representable_rows(M, K, 5)};
-  const Outputs r = run_dual(row_problem);
+  const Outputs r = run_fused(row_problem);
   EXPECT_EQ(run_dequantize(r.q_row, r.s_row, M, K), row_problem.x);
   const std::vector<uint16_t> e = representable_rows(K, M, 6);  // x = e^T: colwise blocks = rows
   const Problem col_problem{M, K, rule, transpose(e, K, M)};
-  const Outputs c = run_dual(col_problem);
+  const Outputs c = run_fused(col_problem);
   EXPECT_EQ(run_dequantize(c.q_col, c.s_col, K, M), e);
 }
 
