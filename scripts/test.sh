@@ -16,8 +16,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 VENV=${MXQ_VENV:-$ROOT/.venv}
-# Python packages for the python and lint phases. ruff is pinned: its formatter's output is part of the check.
-PY_PACKAGES=(torch scikit-build-core cmake ninja pytest "ruff==0.17.6")
+# Python packages for the python and lint phases (README.md, "Python package"; numpy only keeps torch from
+# warning that it is missing). ruff is pinned: its formatter's output is part of the check.
+PY_PACKAGES=(torch numpy scikit-build-core cmake ninja pytest "ruff==0.17.6")
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(cpp python lint)
 for p in "${phases[@]}"; do
