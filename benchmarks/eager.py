@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+"""The per-call cost of mxq's torch ops for a caller without CUDA graphs (eager PyTorch), next to the GPU time.
+
+    python3 benchmarks/eager.py                          # after `pip install --no-build-isolation .`
+    python3 benchmarks/eager.py --json out.json --shapes 512x4096,8192x4096 --calls 500
+
+For each shape, on one bf16 tensor x, each row is timed two ways in the same run:
+
+- eager: `calls` back-to-back calls from Python, torch.cuda.synchronize() before and after the timed loop, wall
+  time / calls; after a warm-up, median of `repeats` loops. This is what a training step without CUDA graphs
+  pays per call: Python, the dispatcher, the op's checks and allocations, the launch, and the GPU time where
+  the GPU is the slower side.
+- graph: the same call captured `graph_calls` times into one CUDA graph; replay time between CUDA events /
+  graph_calls, median of `repeats` replays: the GPU time per call.
+
+Rows: mxq.quantize(x) (the fused default), torch.ops.mxq.quantize called directly, the composed backend,
+rowwise only, colwise only, and two yardsticks on the same tensor: x.add_(0) (one elementwise kernel; the
+cheapest useful op a user launches) and torch.empty_like(x) (an allocation, no kernel). The number to watch is
+fused eager / add_ eager per shape: the target is <= 1.5, i.e. mxq.quantize costs a caller at most half again
+what a trivial torch op costs.
+
+Writes JSON (--json PATH; default benchmarks/results/eager_<gpu>_<date>.json, `-` for none) with the GPU, torch,
+the mxq commit (MXQ_COMMIT, else `git rev-parse --short HEAD`), the method and, per shape, each row's
+[eager us, graph us] and the ratio. Exit status: 0 ok, 1 an error or fused != composed bytes, 2 no CUDA device
+(or an mxq build without CUDA kernels).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_SHAPES = "128x4096,512x4096,2048x4096,8192x4096"
+TARGET_RATIO = 1.5
+FUSED = "mxq.quantize(x)"
+ADD = "x.add_(0)"
+
+
+def parse_shapes(text: str) -> list[tuple[int, int]]:
+    shapes = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", item)
+        if not m:
+            raise argparse.ArgumentTypeError(f"shape {item!r} is not MxK")
+        shapes.append((int(m.group(1)), int(m.group(2))))
+    return shapes
+
+
+def mxq_commit() -> str:
+    if os.environ.get("MXQ_COMMIT"):
+        return os.environ["MXQ_COMMIT"]
+    try:
+        root = HERE.parent
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = (
+            subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root, capture_output=True, check=False).returncode
+            != 0
+        )
+        return head + ("-dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def default_json_path(gpu_name: str) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu_name.lower()).strip("-") or "gpu"
+    date = datetime.date.today().isoformat()
+    base = HERE / "results" / f"eager_{slug}_{date}"
+    path, n = base.with_suffix(".json"), 2
+    while path.exists():
+        path, n = Path(f"{base}_{n}.json"), n + 1
+    return path
+
+
+def time_eager(torch, fn, calls: int, warmup: int, repeats: int) -> float:
+    """Median over `repeats` loops of wall time / calls, in microseconds, synchronized around each loop."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - t0) / calls * 1e6)
+    return statistics.median(samples)
+
+
+def time_graph(torch, fn, graph_calls: int, repeats: int) -> float:
+    """GPU time per call under CUDA-graph replay: median over `repeats` replays of event time / graph_calls, us."""
+    graph = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.empty_like captures no kernel: torch warns about an empty graph
+        with torch.cuda.graph(graph):
+            outs = [fn() for _ in range(graph_calls)]  # kept alive: the graph's outputs live in its pool
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) * 1e3 / graph_calls)
+    del outs, graph
+    return statistics.median(samples)
+
+
+def make_rows(torch, mxq, x) -> dict:
+    """The timed calls on one input tensor, by row name."""
+    ops = torch.ops.mxq
+    return {
+        FUSED: lambda: mxq.quantize(x),
+        "torch.ops.mxq.quantize": lambda: ops.quantize(x, 32, "rceil", None),
+        'mxq.quantize(x, backend="composed")': lambda: mxq.quantize(x, backend="composed"),
+        "mxq.quantize(x, colwise=False)": lambda: mxq.quantize(x, colwise=False),
+        "mxq.quantize(x, rowwise=False)": lambda: mxq.quantize(x, rowwise=False),
+        ADD: lambda: x.add_(0),
+        "torch.empty_like(x)": lambda: torch.empty_like(x),
+    }
+
+
+def same_bytes(torch, a, b) -> bool:
+    return all(
+        u.dtype == v.dtype and u.shape == v.shape and torch.equal(u.view(torch.uint8), v.view(torch.uint8))
+        for u, v in zip(a, b)
+    )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES), help="MxK,MxK,...")
+    ap.add_argument("--calls", type=int, default=200, help="calls per timed eager loop (default 200)")
+    ap.add_argument("--warmup", type=int, default=20, help="untimed calls before the eager loops (default 20)")
+    ap.add_argument("--repeats", type=int, default=9, help="timed loops / graph replays, median (default 9)")
+    ap.add_argument("--graph-calls", type=int, default=20, help="calls captured per CUDA graph (default 20)")
+    ap.add_argument("--json", default=None, help="output path; `-` writes none")
+    ap.add_argument("--no-verify", action="store_true", help="skip the fused == composed byte check")
+    args = ap.parse_args()
+
+    try:
+        import torch
+    except ImportError:
+        print("eager.py: PyTorch is not installed; nothing to measure", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print(f"eager.py: skipped: no CUDA device (torch {torch.__version__}); this benchmark needs a GPU")
+        return 2
+    import mxq
+
+    if not mxq.has_cuda_kernels():
+        print("eager.py: skipped: the mxq extension has no CUDA kernels (built without nvcc or a CUDA torch)")
+        return 2
+
+    dev = torch.device("cuda")
+    gpu = torch.cuda.get_device_name(dev)
+    print(f"eager.py: {gpu}, torch {torch.__version__} (CUDA {torch.version.cuda}), mxq {mxq_commit()}")
+    print(
+        f"eager: {args.calls} back-to-back calls / loop, median of {args.repeats} loops after {args.warmup} warm-up"
+        f" calls; graph: {args.graph_calls} calls / CUDA graph, median of {args.repeats} replays"
+    )
+
+    results = []
+    failed = False
+    for M, K in args.shapes:
+        torch.manual_seed(0)
+        x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
+        rows = make_rows(torch, mxq, x)
+        verified = None
+        if not args.no_verify:
+            verified = same_bytes(torch, mxq.quantize(x), mxq.quantize(x, backend="composed"))
+            if not verified:
+                print(f"eager.py: {M}x{K}: fused and composed outputs differ", file=sys.stderr)
+                failed = True
+        timed = {}
+        for name, fn in rows.items():
+            eager = time_eager(torch, fn, args.calls, args.warmup, args.repeats)
+            graph = time_graph(torch, fn, args.graph_calls, args.repeats)
+            timed[name] = [round(eager, 3), round(graph, 3)]
+        ratio = timed[FUSED][0] / timed[ADD][0]
+        results.append(
+            {
+                "M": M,
+                "K": K,
+                "rows": timed,
+                "fused_eager_over_add_eager": round(ratio, 3),
+                "meets_target": ratio <= TARGET_RATIO,
+                "fused_equals_composed": verified,
+            }
+        )
+        del rows, x
+        torch.cuda.empty_cache()
+
+        print(f"\n{M}x{K}")
+        print(f"  {'op':<38} {'eager us':>10} {'graph us':>10} {'eager/graph':>12}")
+        for name, (eager, graph) in timed.items():
+            rel = f"{eager / graph:.2f}" if graph > 0.05 else "-"
+            print(f"  {name:<38} {eager:>10.2f} {graph:>10.2f} {rel:>12}")
+        verdict = "ok" if ratio <= TARGET_RATIO else "ABOVE TARGET"
+        print(f"  fused eager / add_ eager = {ratio:.2f} (target <= {TARGET_RATIO}: {verdict})")
+
+    print("\nsummary: fused eager / x.add_(0) eager per shape (target <= 1.5)")
+    for r in results:
+        print(f"  {r['M']}x{r['K']:<8} {r['fused_eager_over_add_eager']:.2f}")
+
+    if args.json != "-":
+        path = Path(args.json) if args.json else default_json_path(gpu)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        props = torch.cuda.get_device_properties(dev)
+        doc = {
+            "schema": "mxq-eager/1",
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "commit": mxq_commit(),
+            "gpu": {
+                "name": gpu,
+                "compute_capability": f"{props.major}.{props.minor}",
+                "sms": props.multi_processor_count,
+            },
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "python": sys.version.split()[0],
+            "method": {
+                "eager": "wall time of `calls` back-to-back calls between torch.cuda.synchronize(), / calls; "
+                "median over `repeats` loops after `warmup` calls",
+                "graph": "CUDA-graph replay of `graph_calls` captured calls between CUDA events, / graph_calls; "
+                "median over `repeats` replays",
+                "calls": args.calls,
+                "warmup": args.warmup,
+                "repeats": args.repeats,
+                "graph_calls": args.graph_calls,
+                "units": "microseconds per call, [eager, graph]",
+                "input": "torch.randn bf16, seed 0; scaling_mode rceil",
+            },
+            "target_fused_eager_over_add_eager": TARGET_RATIO,
+            "shapes": results,
+        }
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"\nwrote {path}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
