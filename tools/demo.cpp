@@ -268,13 +268,14 @@ bool gpu_capable(const MatrixShape& s) {
 }
 
 // M and K against one path's alignment, in the library's words ("M must be a multiple of 128 on the
-// GPU, got 96"). Zero is legal for the library (empty outputs) but leaves the demo nothing to show.
+// GPU, got 96"), followed by `hint` (what else the user can do). Zero is legal for the library
+// (empty outputs) but leaves the demo nothing to show; no other path helps there, so no hint.
 void check_dims(const MatrixShape& s, int64_t align, const std::string& where,
                 const std::string& hint) {
   for (const auto& [name, value] : {std::pair{"M", s.M}, std::pair{"K", s.K}}) {
     if (value == 0) {
       throw ToolError(std::string(name) + " must be at least " + std::to_string(align) + " " +
-                      where + " (an empty tensor leaves the demo nothing to show), got 0" + hint);
+                      where + " (an empty tensor leaves the demo nothing to show), got 0");
     }
     if (value % align != 0) {
       throw ToolError(std::string(name) + " must be a multiple of " + std::to_string(align) + " " +
