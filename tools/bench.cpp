@@ -203,6 +203,7 @@ struct BufferSet {
         workspace(size_t(composed_workspace_bytes(s.M, s.K))),
         out(size_t(2 * s.elements())) {}
 
+  // What the constructor allocates, without allocating: x and out are bf16, 2 bytes an element.
   static double bytes(const MatrixShape& s, int max_groups) {
     return 2.0 * 2.0 * double(s.elements()) + double(q_row_shape(s.M, s.K).bytes()) +
            double(s_row_shape(s.M, s.K).bytes()) + double(q_col_shape(s.M, s.K).bytes()) +

@@ -59,6 +59,10 @@ std::string op_list() {
   return names;
 }
 
+constexpr const char* kExitCodes =
+    "Exit codes: 0 ok, 1 a failed check or an error (one line on stderr), 2 unavailable in this "
+    "build or on this machine.";
+
 struct Args {
   DemoOptions demo;
   std::string demo_shape = demo.shape.str();
@@ -74,8 +78,13 @@ void add_demo(CLI::App& app, Args& a) {
   CLI::App* demo = app.add_subcommand(
       "demo",
       "Quantize a random bf16 tensor on both axes; check the fused and composed GPU outputs "
-      "byte-exact against the CPU reference. With a GPU, M and K must be multiples of 128; "
-      "without one (or with --cpu) only the CPU reference runs, on multiples of 32.");
+      "byte-exact against the CPU reference");
+  demo->footer(
+      "With a usable GPU the GPU paths run and M, K must be multiples of 128: a shape they cannot "
+      "take is an error, never a quiet switch to the CPU. With --cpu, or on a machine without a "
+      "usable GPU (said in the output), only the CPU reference runs, on multiples of 32. Large "
+      "inputs report each step's time on stderr.\n" +
+      std::string(kExitCodes));
   demo->add_option("--shape", a.demo_shape,
                    "Input shape MxK: multiples of 128 on a GPU, of 32 with --cpu or without a "
                    "GPU; each at most 2^31-1, and the buffers must fit in memory")
@@ -104,6 +113,7 @@ void add_bench(CLI::App& app, Args& a) {
   BenchOptions& o = a.bench;
   CLI::App* bench = app.add_subcommand(
       "bench", "Time every op under CUDA-graph replay against a copy roof (SPEC §10)");
+  bench->footer(kExitCodes);
   bench
       ->add_option("--shapes", a.bench_shapes,
                    "Comma-separated MxK shapes, multiples of 128 (default: 8192x2048,8192x7168,"
@@ -236,6 +246,7 @@ int main(int argc, char** argv) {
   using namespace mxq::tools;
   CLI::App app{"mxq: MXFP8 (e4m3 + E8M0, 32-element blocks) quantization of bf16 tensors"};
   app.require_subcommand(1);
+  app.footer(kExitCodes);
   app.set_version_flag("--version", std::string("mxq ") + mxq::version(), "Print the version");
 
   Args args;
