@@ -24,7 +24,7 @@ namespace {
 // hand so that no length of input can overflow (std::stoll would throw std::out_of_range).
 int64_t parse_dim(const std::string& part, const char* name, const std::string& text) {
   if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos) {
-    throw std::invalid_argument("shape must look like MxK (e.g. 4096x4096), got \"" + text + "\"");
+    throw std::invalid_argument("expected MxK such as 4096x4096, got \"" + text + "\"");
   }
   int64_t value = 0;
   for (char c : part) {
@@ -41,7 +41,7 @@ int64_t parse_dim(const std::string& part, const char* name, const std::string& 
 MatrixShape parse_shape(const std::string& text) {
   const size_t sep = text.find_first_of("xX,");
   if (sep == std::string::npos) {
-    throw std::invalid_argument("shape must look like MxK (e.g. 4096x4096), got \"" + text + "\"");
+    throw std::invalid_argument("expected MxK such as 4096x4096, got \"" + text + "\"");
   }
   return {parse_dim(text.substr(0, sep), "M", text), parse_dim(text.substr(sep + 1), "K", text)};
 }

@@ -116,7 +116,9 @@ class CliTest(unittest.TestCase):
                 self.error("demo", "--shape", shape,
                            fragments=[f"M must be a multiple of 32 on the CPU reference, got {bad}"])
         self.error("demo", "--shape", "64x31", "--cpu", fragments=["K must be a multiple of 32"])
-        self.error("demo", "--shape", "64", fragments=["shape must look like MxK"])
+        self.error("demo", "--shape", "64",
+                   fragments=['--shape: expected MxK such as 4096x4096, got "64"'])
+        self.error("demo", "--shape", "-5x64", fragments=["--shape: expected MxK"])
 
     def test_32_multiple_not_128(self):
         # 2880 = 22.5 x 128: the CPU reference takes it; the GPU path never silently falls back.
