@@ -10,6 +10,7 @@ file paths, and that every element coordinate the demo prints lies inside the te
 outcome depends on the machine (the GPU needs 128-multiples; without one the demo runs the CPU
 reference) ask `mxq info` whether the GPU path is usable and expect the matching behaviour.
 """
+
 import re
 import subprocess
 import sys
@@ -17,12 +18,23 @@ import unittest
 
 MXQ = None  # set from argv in main
 # Things an error message must never contain: exception class names, abort text, source paths.
-LEAKS = ["std::", "bad_alloc", "terminate called", "what():", "stoll", "Floating point",
-         "Aborted", "core dumped", ".cpp", ".cu:", ".h:"]
+LEAKS = [
+    "std::",
+    "bad_alloc",
+    "terminate called",
+    "what():",
+    "stoll",
+    "Floating point",
+    "Aborted",
+    "core dumped",
+    ".cpp",
+    ".cu:",
+    ".h:",
+]
 
 
 def run(*args, timeout=120):
-    return subprocess.run([MXQ, *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([MXQ, *args], check=False, capture_output=True, text=True, timeout=timeout)
 
 
 class CliTest(unittest.TestCase):
@@ -76,8 +88,9 @@ class CliTest(unittest.TestCase):
         # Used to print x[1, 33] and x[23, -8] of a 32x32 tensor (out-of-bounds reads).
         self.demo_ok(32, 32, "--cpu")
         if self.gpu:
-            self.error("demo", "--shape", "32x32",
-                       fragments=["M must be a multiple of 128 on the GPU, got 32", "--cpu"])
+            self.error(
+                "demo", "--shape", "32x32", fragments=["M must be a multiple of 128 on the GPU, got 32", "--cpu"]
+            )
         else:
             r = self.demo_ok(32, 32)
             self.assertIn("running the CPU reference only", r.stdout)
@@ -90,42 +103,54 @@ class CliTest(unittest.TestCase):
 
     def test_dimension_beyond_int64(self):
         # Used to abort on an uncaught std::out_of_range from std::stoll.
-        self.error("demo", "--shape", "99999999999999999999x64",
-                   fragments=["M must be at most 2^31-1, got 99999999999999999999"])
-        self.error("demo", "--shape", "64x99999999999999999999999999",
-                   fragments=["K must be at most 2^31-1"])
+        self.error(
+            "demo",
+            "--shape",
+            "99999999999999999999x64",
+            fragments=["M must be at most 2^31-1, got 99999999999999999999"],
+        )
+        self.error("demo", "--shape", "64x99999999999999999999999999", fragments=["K must be at most 2^31-1"])
 
     def test_dimension_beyond_int32(self):
         # Used to say "std::bad_alloc".
-        self.error("demo", "--shape", "2147483648x64",
-                   fragments=["M must be at most 2^31-1, got 2147483648"])
+        self.error("demo", "--shape", "2147483648x64", fragments=["M must be at most 2^31-1, got 2147483648"])
 
     def test_shape_too_big_for_memory(self):
         # Legal dimensions whose buffers cannot fit: refused from an estimate, before allocating.
-        self.error("demo", "--shape", "2147483520x2147483520", "--cpu",
-                   fragments=["needs about", "of host memory", "available"])
+        self.error(
+            "demo",
+            "--shape",
+            "2147483520x2147483520",
+            "--cpu",
+            fragments=["needs about", "of host memory", "available"],
+        )
 
     def test_unaligned_shapes(self):
         for shape, bad in (("31x64", "31"), ("100x64", "100")):
-            self.error("demo", "--shape", shape, "--cpu",
-                       fragments=[f"M must be a multiple of 32 on the CPU reference, got {bad}"])
+            self.error(
+                "demo",
+                "--shape",
+                shape,
+                "--cpu",
+                fragments=[f"M must be a multiple of 32 on the CPU reference, got {bad}"],
+            )
             if self.gpu:
-                self.error("demo", "--shape", shape,
-                           fragments=[f"M must be a multiple of 128 on the GPU, got {bad}"])
+                self.error("demo", "--shape", shape, fragments=[f"M must be a multiple of 128 on the GPU, got {bad}"])
             else:
-                self.error("demo", "--shape", shape,
-                           fragments=[f"M must be a multiple of 32 on the CPU reference, got {bad}"])
+                self.error(
+                    "demo", "--shape", shape, fragments=[f"M must be a multiple of 32 on the CPU reference, got {bad}"]
+                )
         self.error("demo", "--shape", "64x31", "--cpu", fragments=["K must be a multiple of 32"])
-        self.error("demo", "--shape", "64",
-                   fragments=['--shape: expected MxK such as 4096x4096, got "64"'])
+        self.error("demo", "--shape", "64", fragments=['--shape: expected MxK such as 4096x4096, got "64"'])
         self.error("demo", "--shape", "-5x64", fragments=["--shape: expected MxK"])
 
     def test_32_multiple_not_128(self):
         # 2880 = 22.5 x 128: the CPU reference takes it; the GPU path never silently falls back.
         self.demo_ok(2880, 64, "--cpu")
         if self.gpu:
-            self.error("demo", "--shape", "2880x64",
-                       fragments=["M must be a multiple of 128 on the GPU, got 2880", "--cpu"])
+            self.error(
+                "demo", "--shape", "2880x64", fragments=["M must be a multiple of 128 on the GPU, got 2880", "--cpu"]
+            )
         else:
             r = self.demo_ok(2880, 64)
             self.assertIn("no usable GPU", r.stdout)
@@ -133,19 +158,25 @@ class CliTest(unittest.TestCase):
 
     def test_negative_seed(self):
         # CLI11 used to wrap -1 to 18446744073709551615.
-        self.error("demo", "--shape", "256x256", "--cpu", "--seed", "-1",
-                   fragments=["--seed", "non-negative", "-1"])
+        self.error("demo", "--shape", "256x256", "--cpu", "--seed", "-1", fragments=["--seed", "non-negative", "-1"])
         self.error("demo", "--seed", "18446744073709551616", fragments=["--seed"])
         r = self.demo_ok(256, 256, "--cpu", "--seed", "18446744073709551615")
         self.assertIn("seed 18446744073709551615", r.stdout)
 
     def test_too_many_groups(self):
-        self.error("demo", "--shape", "256x256", "--cpu", "--groups", "5",
-                   fragments=["--groups 5", "M=256", "at most 2", "multiples of 128"])
-        self.error("demo", "--shape", "64x256", "--cpu", "--groups", "1",
-                   fragments=["--groups needs M of at least 128"])
-        self.error("demo", "--shape", "256x256", "--cpu", "--groups", "5000",
-                   fragments=["--groups", "1024"])
+        self.error(
+            "demo",
+            "--shape",
+            "256x256",
+            "--cpu",
+            "--groups",
+            "5",
+            fragments=["--groups 5", "M=256", "at most 2", "multiples of 128"],
+        )
+        self.error(
+            "demo", "--shape", "64x256", "--cpu", "--groups", "1", fragments=["--groups needs M of at least 128"]
+        )
+        self.error("demo", "--shape", "256x256", "--cpu", "--groups", "5000", fragments=["--groups", "1024"])
 
     # ---- what works ----
     def test_version(self):
@@ -175,8 +206,7 @@ class CliTest(unittest.TestCase):
             # Unavailable, not failed: this build has no bench, whatever the options.
             self.error("bench", fragments=["no CUDA"], code=2, prefix="mxq bench:")
             return
-        self.error("bench", "--shapes", "96x128", fragments=["M must be a multiple of 128"],
-                   prefix="mxq bench:")
+        self.error("bench", "--shapes", "96x128", fragments=["M must be a multiple of 128"], prefix="mxq bench:")
         self.error("bench", "--ops", "swizzle", fragments=["--ops"], prefix="mxq bench:")
         if not self.gpu:
             # Unavailable, not failed: the machine lacks what bench needs.
