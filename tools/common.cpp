@@ -176,9 +176,9 @@ double median(std::vector<double> values) {
 }
 
 std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   int u = 0;
-  while (bytes >= 1024.0 && u < 4) {
+  while (bytes >= 1024.0 && u < 6) {
     bytes /= 1024.0;
     ++u;
   }
