@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Format and lint checks (CI runs them through scripts/test.sh):
 #   clang-format --dry-run --Werror over the C++/CUDA sources (include src tests tools torch_ext: *.h *.cpp *.cu
-#   *.cuh; style in .clang-format), ruff check and ruff format --check over the Python (python tests/python
-#   benchmarks; settings in pyproject.toml).
+#   *.cuh; style in .clang-format), ruff check and ruff format --check over every Python file (python/,
+#   tests/python, tests/cli, benchmarks, ...; settings in pyproject.toml).
 #
 #   scripts/lint.sh           check; exit 1 on any finding
 #   scripts/lint.sh --fix     rewrite the files in place (clang-format -i, ruff format, ruff check --fix)
@@ -10,7 +10,7 @@
 # clang-format comes from scripts/setup.sh (Debian's package); ruff from the venv scripts/test.sh makes
 # ($MXQ_VENV, default .venv), else from PATH (pip install ruff).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 fix=0
 case ${1:-} in
   --fix) fix=1 ;;
@@ -28,20 +28,22 @@ command -v "$CLANG_FORMAT" >/dev/null || { echo "lint: clang-format not found (s
 [ $missing = 0 ] || exit 1
 
 CXX_DIRS=(include src tests tools torch_ext)
-PY_DIRS=(python tests/python benchmarks)
+PY_DIRS=(python tests benchmarks)
 # The files git knows (tracked, or new and not ignored), so build trees and venvs are never linted.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
-  mapfile -t cxx < <(git ls-files -co --exclude-standard -- "${CXX_DIRS[@]}" |
-    grep -E '\.(h|cpp|cu|cuh)$' | while read -r f; do [ -f "$f" ] && echo "$f"; done)
+  exists() { while read -r f; do [ -f "$f" ] && echo "$f"; done; }
+  mapfile -t cxx < <(git ls-files -co --exclude-standard -- "${CXX_DIRS[@]}" | grep -E '\.(h|cpp|cu|cuh)$' | exists)
+  mapfile -t py < <(git ls-files -co --exclude-standard -- '*.py' | exists)
 else
   mapfile -t cxx < <(find "${CXX_DIRS[@]}" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+  mapfile -t py < <(find "${PY_DIRS[@]}" -type f -name '*.py' | sort)
 fi
 
 status=0
 if [ $fix = 1 ]; then
   "$CLANG_FORMAT" -i "${cxx[@]}"
-  "$RUFF" check --fix "${PY_DIRS[@]}" || status=1
-  "$RUFF" format "${PY_DIRS[@]}" || status=1
+  "$RUFF" check --fix "${py[@]}" || status=1
+  "$RUFF" format "${py[@]}" || status=1
   exit $status
 fi
 
@@ -53,8 +55,8 @@ if [ -n "$out" ]; then
     "$(printf '%s\n' "$out" | grep ': error: ' | cut -d: -f1 | sort -u | wc -l) files" \
     "(scripts/lint.sh --fix rewrites them)"
 fi
-echo "lint: $("$RUFF" --version) over ${PY_DIRS[*]}"
-"$RUFF" check "${PY_DIRS[@]}" || status=1
-"$RUFF" format --check "${PY_DIRS[@]}" || status=1
+echo "lint: $("$RUFF" --version) over ${#py[@]} Python files"
+"$RUFF" check "${py[@]}" || status=1
+"$RUFF" format --check "${py[@]}" || status=1
 if [ $status = 0 ]; then echo "lint: clean"; else echo "lint: FAILED"; fi
 exit $status

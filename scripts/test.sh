@@ -13,12 +13,13 @@
 # time is printed, and a summary at the end. MXQ_REQUIRE_CUDA=1 (CI sets it) fails the cpp and python phases
 # when the CUDA sources were not compiled.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD
 VENV=${MXQ_VENV:-$ROOT/.venv}
 # Python packages for the python and lint phases (README.md, "Python package"; numpy only keeps torch from
 # warning that it is missing). ruff is pinned: its formatter's output is part of the check.
-PY_PACKAGES=(torch numpy scikit-build-core cmake ninja pytest "ruff==0.17.6")
+RUFF=ruff==0.17.6
+PY_PACKAGES=(torch numpy scikit-build-core cmake ninja pytest "$RUFF")
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(cpp python lint)
 for p in "${phases[@]}"; do
@@ -27,7 +28,7 @@ done
 
 banner() { printf '\n==== %s  [%s]\n' "$1" "$(date +%T)"; }
 
-# The venv with torch and the build/test/lint tools, made on first use and reused after.
+# The venv, made on first use and reused after, with the packages given installed (pip skips those present).
 venv() {
   if [ ! -x "$VENV/bin/python" ]; then
     echo "python: creating $VENV"
@@ -36,8 +37,8 @@ venv() {
   fi
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
-  echo "python: pip install ${PY_PACKAGES[*]} (torch from PyPI is large the first time)"
-  python -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+  echo "python: pip install $*"
+  python -m pip install -q --disable-pip-version-check "$@"
 }
 
 # ctest lists every test; without a GPU ~500 of them are GPU tests that skip. Passed and skipped tests are
@@ -57,7 +58,7 @@ phase_cpp() {
 }
 
 phase_python() {
-  venv || return 1
+  venv "${PY_PACKAGES[@]}" || return 1
   python -c 'import torch; print(f"python: torch {torch.__version__}, CUDA device: {torch.cuda.is_available()}")'
   echo "python: pip install --no-build-isolation ."
   python -m pip install -q --disable-pip-version-check --no-build-isolation . || return 1
@@ -74,7 +75,7 @@ phase_python() {
 }
 
 phase_lint() {
-  venv || return 1
+  venv "$RUFF" || return 1
   scripts/lint.sh
 }
 
