@@ -1,10 +1,11 @@
-// docs/numerics.md §7: identical bytes across repeated launches, streams and CUDA-graph replays; work only on
-// the caller's stream (capturable, no synchronization inside an op). Every run is also compared
-// with the CPU reference, so a kernel is never only compared with itself.
+// docs/numerics.md §7: identical bytes across repeated launches, streams and CUDA-graph replays;
+// work only on the caller's stream (capturable, no synchronization inside an op). Every path
+// (rowwise only, colwise only, fused, composed), dense and grouped. Every run is also compared with
+// the CPU reference, so a kernel is never only compared with itself.
 //   GpuDeterminism  repeated launches with a different poison each time (an unwritten byte cannot
-//   hide)
-//   GpuStreams      legacy default, per-thread default and non-blocking streams; two problems in
-//   flight at once
+//                   hide)
+//   GpuStreams      legacy default, per-thread default, blocking and non-blocking streams
+//   GpuConcurrent   two problems in flight at once on two streams
 //   GpuGraph        capture on a non-blocking stream (global capture mode), kernel nodes present,
 //                   nothing run during capture, 3 replays with the outputs re-poisoned outside the
 //                   graph

@@ -40,7 +40,7 @@ TEST_P(GpuLargeShapes, AllPathsMatchReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Spec10, GpuLargeShapes,
+INSTANTIATE_TEST_SUITE_P(BenchmarkShapes, GpuLargeShapes,
                          ::testing::Values(Shape{8192, 2048}, Shape{8192, 7168}, Shape{32768, 2048},
                                            Shape{32768, 7168}, Shape{131072, 2048},
                                            Shape{131072, 7168}),

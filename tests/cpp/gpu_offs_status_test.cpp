@@ -162,11 +162,10 @@ std::string malformed_name(const ::testing::TestParamInfo<MalformedParam>& info)
          bad_offs_cases()[std::get<1>(info.param)].name;
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Offs, GpuMalformedOffs,
-    ::testing::Combine(::testing::ValuesIn(kAllOps),
-                       ::testing::Range<size_t>(0, bad_offs_cases().size())),
-    malformed_name);
+INSTANTIATE_TEST_SUITE_P(Offs, GpuMalformedOffs,
+                         ::testing::Combine(::testing::ValuesIn(kAllOps),
+                                            ::testing::Range<size_t>(0, bad_offs_cases().size())),
+                         malformed_name);
 
 // ------------------------------------------------------------------------------------------------
 class GpuOffsCheckers : public GpuTestWithParam<size_t> {};

@@ -307,13 +307,15 @@ std::vector<uint16_t> make_target_input(Target target, int64_t M, int64_t K, uin
   return x;
 }
 
-// The docs/numerics.md §4 table as printed: scale byte per rule and the data byte of each input value of the block.
+// The docs/numerics.md §4 table as printed: scale byte per rule and the data byte of each input
+// value of the block.
 struct TableCase {
   uint8_t s_rceil, s_floor;
   std::vector<std::array<uint16_t, 3>>
       data;  // {input bf16, rceil byte, floor byte}; empty = all 0x7F
 };
-// In the order of special_blocks(); 0x0460 / 0x0461 / 0x045F worked out from docs/numerics.md §2-§3.
+// In the order of special_blocks(); 0x0460 / 0x0461 / 0x045F worked out from docs/numerics.md
+// §2-§3.
 const std::vector<TableCase>& spec_table() {
   static const std::vector<TableCase> table = {
       {0, 0, {{0x0000, 0x00, 0x00}}},                            // all 0
@@ -348,8 +350,8 @@ uint8_t table_data_byte(const TableCase& tc, uint16_t v, ScaleRounding r) {
   return 0;
 }
 
-// The kSpecialTiles outputs against the docs/numerics.md §4 table itself (not the reference): a misreading of
-// the contract shared by the reference and the kernels shows up here.
+// The kSpecialTiles outputs against the docs/numerics.md §4 table itself (not the reference): a
+// misreading of the contract shared by the reference and the kernels shows up here.
 void expect_spec_table(const HostOutputs& got, Path path, const std::vector<uint16_t>& x, int64_t M,
                        int64_t K, ScaleRounding r) {
   ASSERT_EQ(special_block_list().size(), spec_table().size());

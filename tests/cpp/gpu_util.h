@@ -3,8 +3,9 @@
 // path on the device and hands back host copies of every output after checking that nothing outside
 // the outputs changed.
 //
-// Every comparison is raw bytes against mxq::ref::quantize on host copies (test_util.h bytes_equal reports
-// the mismatch count, the first coordinate and both bytes). Tests go through the public API only.
+// Every comparison is raw bytes against mxq::ref::quantize on host copies (test_util.h bytes_equal
+// reports the mismatch count, the first coordinate and both bytes). Tests go through the public
+// API only.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -118,8 +119,8 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
 }
 
 // Fast input for the large shapes: approximately normal (Irwin-Hall of 4 uniforms), generated in
-// parallel, with the docs/numerics.md §4 blocks planted along rows and columns at random positions like
-// make_input(kSpecial).
+// parallel, with the docs/numerics.md §4 blocks planted along rows and columns at random positions
+// like make_input(kSpecial).
 inline std::vector<uint16_t> make_large_special_input(int64_t rows, int64_t cols, uint64_t seed) {
   std::vector<uint16_t> x(static_cast<size_t>(rows * cols));
   parallel_for(rows, [&](int64_t r0, int64_t r1) {

@@ -60,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // §5.2: shape (256, 8); every byte outside rows < 130, cols < 5 is padding.
 TEST(BlockedExample, ShapeAndPadding) {
-  const Shape2d shape = blocked_shape(130, 5);
+  const Shape2d shape = blocked_shape<int64_t>(130, 5);
   EXPECT_EQ(shape.rows, 256);
   EXPECT_EQ(shape.cols, 8);
   std::vector<int> hits(static_cast<size_t>(shape.bytes()), 0);

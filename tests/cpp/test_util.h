@@ -19,7 +19,7 @@ namespace mxq::test {
 
 constexpr uint8_t kPoison = 0xA5;
 
-// Input families (SPEC §4 blocks, normal, uniform, wide dynamic range, arange).
+// Input families (docs/numerics.md §4 blocks, normal, uniform, wide dynamic range, arange).
 enum class Dist { kNormal, kUniform, kWide, kArange, kSpecial };
 inline const char* dist_name(Dist d) {
   switch (d) {
@@ -42,8 +42,8 @@ inline void PrintTo(Dist d, std::ostream* os) { *os << dist_name(d); }
 
 inline uint16_t bf16_rn(float f) { return bf16_from_f32(f); }
 
-// The SPEC §4 special blocks as 32 bf16 values each (bf16 max 0x7F7F, smallest subnormal 0x0001,
-// ...).
+// The docs/numerics.md §4 special blocks as 32 bf16 values each (bf16 max 0x7F7F, smallest
+// subnormal 0x0001, ...).
 inline std::vector<std::vector<uint16_t>> special_blocks() {
   auto fill = [](uint16_t v) { return std::vector<uint16_t>(kBlock, v); };
   auto ones_plus = [](uint16_t first) {
@@ -83,8 +83,8 @@ inline std::vector<uint16_t> make_input(int64_t rows, int64_t cols, Dist dist, u
     case Dist::kArange:
       for (size_t i = 0; i < x.size(); ++i) x[i] = bf16_rn(static_cast<float>(i % 4099) - 2049.f);
       break;
-    case Dist::
-        kSpecial: {  // random normal tensor with SPEC §4 blocks planted along rows and columns
+    case Dist::kSpecial: {
+      // random normal with the docs/numerics.md §4 blocks planted along rows and columns
       for (auto& v : x) v = bf16_rn(normal(rng));
       const auto blocks = special_blocks();
       std::uniform_int_distribution<int64_t> row_block(0, rows / kBlock - 1),
