@@ -48,9 +48,6 @@ void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M) {
 void quantize(const QuantizeParams& p) {
   detail::with_op("mxq::quantize", [&] {
     detail::validate(p);
-    MXQ_CHECK_SUPPORTED(p.dtype != DType::kFloat32,
-                        "fp32 input is not supported by the GPU kernels yet (the CPU reference takes "
-                        "it); convert x to bf16 or fp16");
     if (detail::nothing_to_write(p)) return;
     detail::require_supported_device();
     detail::launch_quantize(p);
@@ -62,9 +59,6 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
     detail::validate(p);
     MXQ_CHECK(p.rowwise() && p.colwise(),
               "the composed path quantizes both axes: set q_row, s_row, q_col and s_col");
-    MXQ_CHECK_SUPPORTED(p.dtype != DType::kFloat32,
-                        "fp32 input is not supported by the GPU kernels yet (the CPU reference takes "
-                        "it); convert x to bf16 or fp16");
     if (detail::nothing_to_write(p)) return;
     MXQ_CHECK(workspace != nullptr || composed_workspace_bytes(p.M, p.K) == 0,
               "workspace is null (it needs composed_workspace_bytes(M, K) = ",

@@ -300,8 +300,164 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   __syncthreads();
   // ---- scales ----
   const ScaleOut out{p.s_row, p.s_col, p.M, p.K};
-  if constexpr (kColwise) store_col_scales<kCol>(out, m0, k0, smem.col_atom, t);
-  if constexpr (kRowwise) store_row_scales<kGrouped>(out, m0, k0, smem.row_atom, t);
+  const bool last_m = m0 + kTile >= p.M;
+  if constexpr (kColwise) store_col_scales<kCol, kAtomCols>(out, m0, k0, smem.col_atom, t, last_m);
+  if constexpr (kRowwise) {
+    store_row_scales<kGrouped, kAtomCols>(out, m0, k0, smem.row_atom, t, last_m);
+  }
+}
+
+// ---- fp32 input ----
+//
+// The same phases on a 64x128 tile (32 KiB, as the 16-bit tile): 64 rows are two 32-row blocks per
+// column, so the tile's scales fill half of each atom and go out per chunk (scales.cuh).
+//   ---- load ----     a warp instruction reads one whole 512-byte tile row; warp w loads rows
+//                      8w..8w+7, exactly the rows its rowwise pass owns.
+//   ---- rowwise ----  lane l of warp w quantizes block l%4 of row 8w + l/4 (8 chunks).
+//   ---- colwise ----  lanes 2j and 2j+1 of warp w take the two 32-row blocks of column 16w + j,
+//                      read with 32 4-byte shared loads, and store them as one q_col row pair.
+// Chunk c (0..31) of a staged row lies at 8*(c/8) + ((c%8) ^ tile_key_f32(row, c/8)): in each
+// 8-lane phase of the load (8 chunks of one block) and rowwise passes (chunk i of blocks 0..3 of
+// rows r, r+1) the keys take 8 values; in the colwise pass a warp reads 16 columns of rows j and
+// j + 32, which the row-bit-5 term sends to complementary bank halves.
+struct ConfigF32 {
+  static constexpr int kThreads = Config::kThreads;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kRows = 64;                                 // tile rows (M)
+  static constexpr int kChunk = 4;                                 // fp32 per 16-byte load
+  static constexpr int kChunksPerRow = kTile / kChunk;             // 32
+  static constexpr int kChunksPerBlock = kBlock / kChunk;          // 8
+  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8: rows per warp
+  static constexpr int kChunks = kRows / kBlock;                   // 2 chunks of 32 rows
+  static_assert(kLoads * kWarps == kRows, "warp w loads rows 8w..8w+7, one per instruction");
+  static_assert(kRows * (kTile / kBlock) == kThreads, "rowwise: one block per thread");
+  static_assert(kTile * kChunks == kThreads, "colwise: one block per thread");
+  static_assert(sizeof(uint4[kRows][kChunksPerRow]) == sizeof(uint4[kTile][kTile / 8]),
+                "the fp32 tile uses the 16-bit tile's shared memory");
+};
+
+__device__ __forceinline__ int tile_key_f32(int row, int blk) {
+  return ((row & 1) * 4 + blk) ^ (((row >> 5) & 1) * 4);
+}
+__device__ __forceinline__ int f32_chunk(int row, int c) {
+  return (c & ~7) | ((c & 7) ^ tile_key_f32(row, c / 8));
+}
+
+// One block of 32 fp32 values (v, as 8 16-byte chunks): scale, 32 e4m3 bytes (q), NaN blocks as
+// 0x7F. amax: an unsigned max of sign-masked fp32 patterns (NaN above Inf, as for 16-bit input).
+template <ScaleRounding kRule>
+__device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock], uint4 (&q)[2]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) m = max(m, v[i] & 0x7FFFFFFFu);
+  const uint8_t s = e8m0_from_amax(__uint_as_float(m), kRule);
+  const float r = e8m0_reciprocal(s);
+  const uint32_t nan = s == kE8m0Nan ? 0xFFFFFFFFu : 0u;
+  uint32_t* words = reinterpret_cast<uint32_t*>(q);
+#pragma unroll
+  for (int w = 0; w < kBlock / 4; ++w) {
+    const uint32_t lo = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[4 * w + 1]), r),
+                                        mul_rn(__uint_as_float(v[4 * w]), r));
+    const uint32_t hi = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[4 * w + 3]), r),
+                                        mul_rn(__uint_as_float(v[4 * w + 2]), r));
+    words[w] = ((lo | (hi << 16)) & ~nan) | (kNanWord & nan);
+  }
+  return s;
+}
+
+template <bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
+__global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
+    quantize_tile_f32_kernel(const TileParams p) {
+  using C = ConfigF32;
+  constexpr bool kColwise = kCol != ColScales::kNone;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
+  auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + sizeof(SharedStorage));
+
+  if (kGrouped && blockIdx.x >= p.tiles) {
+    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+    zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
+                    p.K, blockIdx.x - p.tiles, p.offs, p.status);
+    return;
+  }
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t fast_tiles = kRowwise ? p.k_tiles : p.m_tiles;
+  const int64_t fast = blockIdx.x % fast_tiles, slow = blockIdx.x / fast_tiles;
+  const int64_t m0 = (kRowwise ? slow : fast) * C::kRows;
+  const int64_t k0 = (kRowwise ? fast : slow) * kTile;
+  const int rows = static_cast<int>(min(int64_t(C::kRows), p.M - m0));  // 32 or 64
+  const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
+  const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
+
+  // ---- load ----
+  uint4 v[C::kLoads];
+  const bool chunk_in = lane * C::kChunk < cols;
+#pragma unroll
+  for (int i = 0; i < C::kLoads; ++i) {
+    const int row = warp * C::kLoads + i;
+    v[i] = chunk_in && row < rows ? ptx::ld_global_nc_v4(x + (m0 + row) * p.K + k0 + lane * C::kChunk)
+                                  : make_uint4(0, 0, 0, 0);
+  }
+  GroupTable t{};
+  if constexpr (kGrouped) t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+#pragma unroll
+  for (int i = 0; i < C::kLoads; ++i) {
+    const int row = warp * C::kLoads + i;
+    tile[row][f32_chunk(row, lane)] = v[i];
+  }
+  __syncwarp();
+  // ---- rowwise ----
+  if constexpr (kRowwise) {
+    const int row = warp * C::kLoads + lane / 4;
+    const int blk = lane % 4;
+    uint32_t b[kBlock];
+#pragma unroll
+    for (int i = 0; i < C::kChunksPerBlock; ++i) {
+      const uint4 c = tile[row][f32_chunk(row, blk * C::kChunksPerBlock + i)];
+      b[4 * i] = c.x;
+      b[4 * i + 1] = c.y;
+      b[4 * i + 2] = c.z;
+      b[4 * i + 3] = c.w;
+    }
+    uint4 q[2];
+    const uint8_t s = quantize_block_f32<kRule>(b, q);
+    const int pair = blk & ~1;
+    const bool row_in = row < rows;
+    store_block_pair(p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16, q,
+                     row_in && pair * kBlock < cols, row_in && (pair + 1) * kBlock < cols);
+    smem.row_atom[atom_offset<unsigned>(row, blk)] = s;
+  }
+  __syncthreads();
+  // ---- colwise ----
+  if constexpr (kColwise) {
+    const int k = 16 * warp + lane / 2;
+    const int half = lane & 1;  // the 32-row block
+    uint32_t b[kBlock];
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) {
+      const int row = kBlock * half + j;
+      b[j] = reinterpret_cast<const uint32_t*>(&tile[row][f32_chunk(row, k / C::kChunk)])[k % C::kChunk];
+    }
+    uint4 q[2];
+    const uint8_t s = quantize_block_f32<kRule>(b, q);
+    const bool k_in = k < cols;
+    store_block_pair(p.q_col + (k0 + k) * p.M + m0 + half * 16, q, k_in, k_in && kBlock < rows);
+    if constexpr (kCol == ColScales::kPlain) {
+      smem.col_atom[k * kAtomCols + half] = s;
+    } else {
+      smem.col_atom[atom_offset<unsigned>(k, half)] = s;
+    }
+  }
+  __syncthreads();
+  // ---- scales ----
+  const ScaleOut out{p.s_row, p.s_col, p.M, p.K};
+  const bool last_m = m0 + C::kRows >= p.M;
+  if constexpr (kColwise) store_col_scales<kCol, C::kChunks>(out, m0, k0, smem.col_atom, t, last_m);
+  if constexpr (kRowwise) {
+    store_row_scales<kGrouped, C::kChunks>(out, m0, k0, smem.row_atom, t, last_m);
+  }
 }
 
 // ---- host launchers ----
@@ -317,13 +473,19 @@ int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
 
 template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
 void launch_variant(const TileParams& params, cudaStream_t stream) {
-  const int smem_bytes =
-      static_cast<int>(sizeof(SharedStorage)) + (kGrouped ? group_table_bytes(params.num_groups) : 0);
+  const int smem_bytes = static_cast<int>(sizeof(SharedStorage)) +
+                         (kGrouped ? group_table_bytes(params.num_groups) : 0);
   const int64_t grid = params.tiles + (kGrouped ? appended_ctas(params, kRowwise, kCol) : 0);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   if (grid == 0) return;
-  quantize_tile_kernel<kIn, kRowwise, kCol, kGrouped, kRule>
-      <<<static_cast<unsigned>(grid), Config::kThreads, smem_bytes, stream>>>(params);
+  const unsigned ctas = static_cast<unsigned>(grid);
+  if constexpr (kIn == DType::kFloat32) {
+    quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>
+        <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(params);
+  } else {
+    quantize_tile_kernel<kIn, kRowwise, kCol, kGrouped, kRule>
+        <<<ctas, Config::kThreads, smem_bytes, stream>>>(params);
+  }
   MXQ_CHECK_CUDA(cudaGetLastError());
 }
 
@@ -332,16 +494,17 @@ template <bool kRowwise, ColScales kCol, bool kGrouped>
 void launch_tile_kernel(const TileParams& params, DType in, ScaleRounding rule,
                         cudaStream_t stream) {
   const bool rceil = rule == ScaleRounding::kRceil;
-  if (in == DType::kBFloat16) {
-    rceil ? launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, ScaleRounding::kRceil>(
-                params, stream)
-          : launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, ScaleRounding::kFloor>(
-                params, stream);
-  } else {
-    rceil ? launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, ScaleRounding::kRceil>(
-                params, stream)
-          : launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, ScaleRounding::kFloor>(
-                params, stream);
+  constexpr ScaleRounding kRceil = ScaleRounding::kRceil, kFloor = ScaleRounding::kFloor;
+  switch (in) {
+    case DType::kBFloat16:
+      return rceil ? launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                   : launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kFloor>(params, stream);
+    case DType::kFloat16:
+      return rceil ? launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                   : launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kFloor>(params, stream);
+    case DType::kFloat32:
+      return rceil ? launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                   : launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kFloor>(params, stream);
   }
 }
 
@@ -357,7 +520,7 @@ TileParams tile_params(const QuantizeParams& p) {
   t.offs = p.offs;
   t.num_groups = static_cast<int>(p.num_groups);
   t.status = p.status;
-  t.m_tiles = ceil_div(p.M, kTile);
+  t.m_tiles = ceil_div(p.M, p.dtype == DType::kFloat32 ? ConfigF32::kRows : kTile);
   t.k_tiles = ceil_div(p.K, kTile);
   t.tiles = t.m_tiles * t.k_tiles;
   return t;

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_kgroups_kerne
     }
     __syncthreads();
     // ---- place ----
-    store_col_scales<ColScales::kKGroups>(out, m0, k0, atom_staging, t);
+    store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, t, false);
     __syncthreads();  // the staging is reused
   }
 }
