@@ -10,10 +10,10 @@
 //   validate_offs(offs, M)  -> ()                            synchronizing offs checker
 // Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs).
 //
-// Outputs (docs/numerics.md §5-§6), x bf16 (M, K) contiguous, shapes from include/mxq/layout.h:
+// Outputs (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, shapes from
+// include/mxq/layout.h:
 //   q_row  float8_e4m3fn   (M, K), contiguous
-//   s_row  float8_e8m0fnu  s_row_shape(M, K): blocked (M-groups with offs: the same bytes for
-//                          128-multiple groups)
+//   s_row  float8_e8m0fnu  s_row_shape(M, K, G): blocked, or the M-groups layout with offs
 //   q_col  float8_e4m3fn   logical (M, K), strides (1, M): the row-major (K, M) array the kernels
 //                          write (row k = column k of x); q_col.t() is that array, contiguous
 //   s_col  float8_e8m0fnu  s_col_shape(M, K, G): blocked, or the K-groups layout with offs
@@ -107,6 +107,19 @@ uint8_t* bytes(const Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
 // ---- quantize ----
 
+std::optional<DType> input_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kBFloat16:
+      return DType::kBFloat16;
+    case at::kHalf:
+      return DType::kFloat16;
+    case at::kFloat:
+      return DType::kFloat32;
+    default:
+      return std::nullopt;
+  }
+}
+
 enum class Variant { kFused, kRowwise, kColwise, kComposed };
 
 struct Outputs {
@@ -115,7 +128,8 @@ struct Outputs {
 
 Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& x,
                       int64_t block_size, c10::string_view scaling_mode, const OptTensor& offs) {
-  TORCH_CHECK_TYPE(x.scalar_type() == at::kBFloat16, op, ": x must be bfloat16, got ",
+  const std::optional<DType> dtype = input_dtype(x.scalar_type());
+  TORCH_CHECK_TYPE(dtype.has_value(), op, ": x must be bfloat16, float16 or float32, got ",
                    x.scalar_type());
   TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-D (M, K), got a ", x.dim(),
                     "-D tensor of shape ", x.sym_sizes());
@@ -136,7 +150,7 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
   Outputs o;
   if (row) {
     const auto q = q_row_shape(M, K);
-    const auto s = s_row_shape(M, K);
+    const auto s = s_row_shape(M, K, G, grouped);
     o.q_row = at::empty_symint({q.rows, q.cols}, fp8(at::kFloat8_e4m3fn));
     o.s_row = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
   }
@@ -152,6 +166,7 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
 
   QuantizeParams p;
   p.x = x.const_data_ptr();
+  p.dtype = *dtype;
   p.M = x.size(0);
   p.K = x.size(1);
   p.rounding = rounding;

@@ -25,9 +25,9 @@ constexpr int kAtomRows = 128;                     // rows of one blocked scale 
 constexpr int kAtomCols = 4;                       // scale columns of one atom
 constexpr int kAtomBytes = kAtomRows * kAtomCols;  // 512
 constexpr int kMaxGroups = 1024;                   // largest G accepted in grouped mode
-// Group boundaries (offs entries) must be multiples of this on every path for now: a group then
-// owns whole 128-row atoms of s_row, so the M-groups layout is the dense one (docs/numerics.md §6).
-constexpr int kGroupAlign = kAtomRows;
+// M, K and every group boundary (offs entry) are multiples of one scale block on every path.
+constexpr int kDimAlign = kBlock;
+constexpr int kGroupAlign = kBlock;
 static_assert(kAtomRows % kBlock == 0, "an atom holds whole 32-row blocks");
 static_assert(kAtomCols * kBlock == kAtomRows, "a 128x128 tile has one 128x4 scale atom per axis");
 
@@ -87,10 +87,21 @@ template <typename Int>
 MXQ_HD constexpr Extent2d<Int> s_col_plain_shape(const Int& M, const Int& K) {
   return {K, M / kBlock};
 }
-// Rowwise scales, blocked (dense, and M-groups with kGroupAlign-multiple groups).
+// Rowwise scales: dense blocked without groups, else the M-groups allocation
+// (roundup(M,128) + 128G, roundup(K/32,4)), which holds any offs without a host sync.
 template <typename Int>
 MXQ_HD constexpr Extent2d<Int> s_row_shape(const Int& M, const Int& K) {
   return blocked_shape(M, K / kBlock);
+}
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> s_row_shape(const Int& M, const Int& K, const Int& num_groups,
+                                           bool grouped) {
+  if (!grouped) return blocked_shape(M, K / kBlock);
+  return {round_up(M, kAtomRows) + kAtomRows * num_groups, round_up(K / kBlock, kAtomCols)};
+}
+// The int64 form: num_groups == 0 means dense.
+MXQ_HD constexpr Shape2d s_row_shape(int64_t M, int64_t K, int64_t num_groups) {
+  return s_row_shape<int64_t>(M, K, num_groups, num_groups != 0);
 }
 // Colwise scales: dense blocked without groups (grouped = false), else the K-groups allocation
 // (roundup(K,128), M/32 + 4G), which holds any offs without a host sync.
@@ -117,6 +128,25 @@ MXQ_HD constexpr Extent2d<Int> weight_s_row_shape(const Int& G, const Int& N, co
 template <typename Int>
 MXQ_HD constexpr Extent2d<Int> weight_s_col_shape(const Int& G, const Int& N, const Int& K) {
   return {G, blocked_shape(K, N / kBlock).bytes()};
+}
+
+// ---- M-groups placement (rowwise scales of grouped mode) ----
+// Segment h — group h, or the uncovered tail for h = G — holds rows [row_begin, row_begin + rows);
+// its (rows, K/32) scales are blocked on their own from blocked row `blocked_row` (a multiple of
+// 128). Rows of its last atom past `rows` are padding.
+struct MSegment {
+  int64_t row_begin = 0;
+  int64_t rows = 0;
+  int64_t blocked_row = 0;
+  MXQ_HD constexpr int64_t offset(int64_t m, int64_t j, int64_t scale_cols) const {
+    return blocked_offset(blocked_row + (m - row_begin), j, scale_cols);  // S_row[m, j], m global
+  }
+};
+
+// Segment h given segment h-1 (or MSegment{} for h = 0) and the segment's end row.
+MXQ_HD constexpr MSegment next_msegment(const MSegment& prev, int64_t end_row) {
+  const int64_t begin = prev.row_begin + prev.rows;
+  return {begin, end_row - begin, prev.blocked_row + round_up(prev.rows, kAtomRows)};
 }
 
 // ---- K-groups placement ----

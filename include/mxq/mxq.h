@@ -71,14 +71,15 @@ std::string describe_status(int32_t status);
 
 // ---- quantize: x -> rowwise 1x32 and/or colwise 32x1 (docs/numerics.md §5-§6) ----
 struct QuantizeParams {
-  const void* x = nullptr;  // bf16 (M, K), row-major, 16-byte aligned
+  const void* x = nullptr;  // (M, K), row-major, 16-byte aligned
+  DType dtype = DType::kBFloat16;  // x's element type: bf16, fp16 or fp32
   int64_t M = 0;
   int64_t K = 0;
   ScaleRounding rounding = ScaleRounding::kRceil;
   const int32_t* offs = nullptr;  // optional: grouped (MoE) mode, G cumulative end offsets along M
   int64_t num_groups = 0;         // G; 0 without offs
   uint8_t* q_row = nullptr;       // q_row_shape(M, K): e4m3 (M, K)
-  uint8_t* s_row = nullptr;       // s_row_shape(M, K): blocked (= M-groups for aligned groups)
+  uint8_t* s_row = nullptr;       // s_row_shape(M, K, G): blocked, or M-groups with offs
   uint8_t* q_col = nullptr;       // q_col_shape(M, K): e4m3 (K, M), row k = column k of x
   uint8_t* s_col = nullptr;       // s_col_shape(M, K, G): blocked, or K-groups with offs
   int32_t* status = nullptr;      // optional with offs: written with StatusBits on every call
@@ -150,9 +151,7 @@ bool gpu_available();
 std::string build_info();
 const char* version();
 
-// ---- limits (validated; docs/numerics.md §9) ----
-constexpr int64_t kCpuAlign = kBlock;     // the reference: M and K multiples of 32
-constexpr int64_t kGpuAlign = kAtomRows;  // the kernels: M and K multiples of one 128x128 tile
+// ---- limits (validated; docs/numerics.md §9): M, K multiples of kDimAlign (layout.h) ----
 constexpr int64_t kMaxDim = 2147483647;
 
 namespace ref {

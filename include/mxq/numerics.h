@@ -173,6 +173,39 @@ MXQ_HD uint16_t bf16_from_f32(float f) {
   return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// fp16 bits -> fp32, exact (subnormals kept; Inf and NaN stay Inf and NaN).
+MXQ_HD float f16_to_f32(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1Fu;
+  const uint32_t mantissa = h & 0x3FFu;
+  if (exponent == 0x1F) return f32_from_bits(sign | 0x7F800000u | (mantissa << 13));
+  if (exponent == 0) {  // subnormal: mantissa * 2^-24, exact in fp32
+    return f32_from_bits(f32_bits(mul_rn(float(mantissa), f32_from_bits(0x33800000u))) | sign);
+  }
+  return f32_from_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+// NaN-propagating max of |v_i| over n fp32 values (starts at +0): a NaN anywhere gives NaN, an Inf
+// (with no NaN) gives Inf.
+MXQ_HD float amax_f32(const float* v, int n) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float a = f32_from_bits(f32_bits(v[i]) & 0x7FFFFFFFu);
+    if (a > m || a != a) m = a;
+    if (m != m) break;
+  }
+  return m;
+}
+
+// One whole block from 32 values already widened to fp32: scale byte and 32 data bytes. For bf16
+// input it gives the bytes of quantize_block below (the widening is exact either way).
+MXQ_HD uint8_t quantize_block_f32(const float* v, ScaleRounding rule, uint8_t* q) {
+  const uint8_t s = e8m0_from_amax(amax_f32(v, kBlock), rule);
+  const float r = e8m0_reciprocal(s);
+  for (int i = 0; i < kBlock; ++i) q[i] = e4m3_from_f32(mul_rn(v[i], r));
+  return s;
+}
+
 // Dequantization of one element: bf16(e4m3(q) * 2^(s-127)), fp32 product rounded once to bf16.
 MXQ_HD uint16_t dequantize_element(uint8_t q, uint8_t s) {
   return bf16_from_f32(mul_rn(e4m3_to_f32(q), e8m0_to_f32(s)));

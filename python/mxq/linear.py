@@ -17,7 +17,7 @@ GEMM: every product has the form A (R, C) · B (P, C)ᵀ with both operands quan
 dequantizes both operands with mxq's kernel and runs a bf16 matmul (fp32 accumulation). The capability is checked
 up front (``gemm="auto"``); ``gemm="emulated"`` forces the emulation anywhere.
 
-Shapes: the flattened token count M, in_features K and out_features N must be multiples of 128 (GPU kernels).
+Shapes: the flattened token count M, in_features K and out_features N must be multiples of 32.
 """
 
 from __future__ import annotations

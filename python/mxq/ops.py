@@ -1,10 +1,10 @@
 """Typed wrappers over torch.ops.mxq (registered by the extension that ``import mxq`` loads).
 
-Layouts (docs/numerics.md §5-§6), x bf16 (M, K) contiguous, M and K multiples of 128 on the GPU (32 on the CPU reference):
+Layouts (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, M and K multiples of 32:
 
     q_row  float8_e4m3fn  (M, K), row-major
-    s_row  float8_e8m0fnu (roundup(M,128), roundup(K/32,4)): blocked S_row (M-groups with offs: byte-identical
-                          to dense for the supported 128-multiple groups)
+    s_row  float8_e8m0fnu (roundup(M,128), roundup(K/32,4)) blocked S_row, or with offs the M-groups layout of
+                          shape (roundup(M,128) + 128G, roundup(K/32,4))
     q_col  float8_e4m3fn  logical (M, K), strides (1, M): q_col.t() is the row-major (K, M) array the kernels
                           write, row k = column k of x quantized in 32x1 blocks
     s_col  float8_e8m0fnu (roundup(K,128), roundup(M/32,4)) blocked S_col, or with offs the K-groups layout of
@@ -51,11 +51,12 @@ def quantize(
     offs: Tensor | None = None,
     backend: str = "fused",
 ) -> MXTensors:
-    """MXFP8-quantizes the bf16 (M, K) tensor ``x`` along K (rowwise, 1x32) and/or along M (colwise, 32x1).
+    """MXFP8-quantizes the bf16, fp16 or fp32 (M, K) tensor ``x`` along K (rowwise, 1x32) and/or along M
+    (colwise, 32x1).
 
-    ``offs`` (int32, G cumulative end offsets along M, on x's device) selects grouped (MoE) mode: s_col then uses
-    the K-groups layout. On the GPU a malformed ``offs`` is clamped on the device without an exception (no host
-    sync); call :func:`validate_offs` first if you want one.
+    ``offs`` (int32, G cumulative end offsets along M, on x's device; group sizes multiples of 32) selects grouped
+    (MoE) mode: s_row then uses the M-groups layout and s_col the K-groups layout. On the GPU a malformed ``offs`` is
+    clamped on the device without an exception (no host sync); call :func:`validate_offs` first if you want one.
 
     ``backend``: ``"fused"`` (default) is one kernel that reads x once and writes the requested axes;
     ``"composed"`` is the three-kernel baseline it replaces (rowwise kernel, colwise kernel, scale swizzle), kept
@@ -104,7 +105,7 @@ def validate_offs(offs: Tensor, M: int) -> None:
     CUDA ``offs`` to the host, so it synchronizes.
 
     Raises TypeError/ValueError naming the first bad entry: offs must be a 1-D int32 tensor of 1..1024 cumulative
-    end offsets, non-decreasing, non-negative, at most M, each a multiple of 128.
+    end offsets, non-decreasing, non-negative, at most M, each a multiple of 32.
     """
     if not isinstance(offs, Tensor):
         raise TypeError(f"mxq.validate_offs: offs must be a torch.Tensor, got {type(offs).__name__}")

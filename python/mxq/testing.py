@@ -30,6 +30,7 @@ RCEIL_INV448_BITS = 0x3B124925  # fp32 rounding of 1/448 (docs/numerics.md §3)
 E4M3_MAX = 448.0
 E4M3_NAN = 0x7F
 E8M0_NAN = 255
+INPUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def round_up(v: int, m: int) -> int:
@@ -86,8 +87,9 @@ def e4m3_bytes(p: Tensor) -> Tensor:
 
 
 def quantize_blocks(v: Tensor, scaling_mode: str = "rceil") -> tuple[Tensor, Tensor]:
-    """Quantizes blocks along the last dim (size 32) of bf16 ``v``: (data bytes like v, scale bytes v.shape[:-1])."""
-    assert v.dtype == torch.bfloat16 and v.shape[-1] == BLOCK, (v.dtype, v.shape)
+    """Quantizes blocks along the last dim (size 32) of bf16, fp16 or fp32 ``v``: (data bytes like v, scale bytes
+    v.shape[:-1])."""
+    assert v.dtype in INPUT_DTYPES and v.shape[-1] == BLOCK, (v.dtype, v.shape)
     f = v.float()  # exact widening; torch does not flush subnormals by default
     a = f.abs()
     amax = torch.where(torch.isnan(a).any(-1), torch.tensor(float("nan")), a.amax(-1))  # NaN must surface
@@ -188,16 +190,19 @@ def from_kgroups(B: Tensor, offs, M: int, K: int) -> tuple[Tensor, Tensor]:
 
 
 def to_mgroups(S_row: Tensor, offs, M: int) -> Tensor:
-    """M-groups layout of S_row (M, K/32): each group's rows (and the uncovered tail) blocked on their own and
-    placed one after another. Supported for 128-multiple groups, where it equals the dense blocked layout."""
-    offs = check_offs(_offs_list(offs), M, align=ATOM_ROWS)
+    """M-groups layout (docs/numerics.md §6) of S_row (M, K/32): the G groups and then the uncovered tail are
+    segments, each blocked on its own and placed one after another from blocked row 0 (segment h starts at the sum
+    of roundup(n_j, 128) over the segments before it); everything after the last segment stays 0. Shape
+    (roundup(M,128) + 128G, roundup(K/32,4))."""
+    offs = check_offs(_offs_list(offs), M)
     C = S_row.shape[1]
-    out = torch.zeros(round_up(M, ATOM_ROWS), round_up(C, ATOM_COLS), dtype=S_row.dtype)
-    bounds = [0] + offs + [M]
-    for b, e in itertools.pairwise(bounds):
+    out = torch.zeros(round_up(M, ATOM_ROWS) + ATOM_ROWS * len(offs), round_up(C, ATOM_COLS), dtype=S_row.dtype)
+    row = 0
+    for b, e in itertools.pairwise([0] + offs + [M]):
         if e > b:
             region = to_blocked(S_row[b:e])
-            out[b : b + region.shape[0]] = region
+            out[row : row + region.shape[0]] = region
+            row += region.shape[0]
     return out
 
 
@@ -209,8 +214,8 @@ def quantize(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(q_row, s_row, q_col, s_col) on the CPU with the dtypes, shapes and strides of
     torch.ops.mxq.quantize (q_col is the (1, M)-strided view of the (K, M) array)."""
-    if x.dtype != torch.bfloat16 or x.dim() != 2:
-        raise ValueError(f"x must be a 2-D bf16 tensor, got {x.dtype} {tuple(x.shape)}")
+    if x.dtype not in INPUT_DTYPES or x.dim() != 2:
+        raise ValueError(f"x must be a 2-D bf16, fp16 or fp32 tensor, got {x.dtype} {tuple(x.shape)}")
     M, K = x.shape
     if M % BLOCK or K % BLOCK:
         raise ValueError(f"M and K must be multiples of {BLOCK}, got {M}x{K}")

@@ -47,7 +47,7 @@ void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M) {
 
 void quantize(const QuantizeParams& p) {
   detail::with_op("mxq::quantize", [&] {
-    detail::validate(p, detail::kGpu);
+    detail::validate(p);
     if (detail::nothing_to_write(p)) return;
     detail::require_supported_device();
     detail::launch_quantize(p);
@@ -56,7 +56,7 @@ void quantize(const QuantizeParams& p) {
 
 void quantize_composed(const QuantizeParams& p, void* workspace) {
   detail::with_op("mxq::quantize_composed", [&] {
-    detail::validate(p, detail::kGpu);
+    detail::validate(p);
     MXQ_CHECK(p.rowwise() && p.colwise(),
               "the composed path quantizes both axes: set q_row, s_row, q_col and s_col");
     if (detail::nothing_to_write(p)) return;
@@ -70,7 +70,7 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
 
 void dequantize(const DequantizeParams& p) {
   detail::with_op("mxq::dequantize", [&] {
-    detail::validate(p, detail::kGpu);
+    detail::validate(p);
     if (p.rows == 0 || p.cols == 0) return;
     detail::require_supported_device();
     detail::launch_dequantize(p);

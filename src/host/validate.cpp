@@ -12,11 +12,15 @@ void check_rounding(ScaleRounding r) {
             "rounding must be ScaleRounding::kRceil or kFloor, got ", static_cast<int>(r));
 }
 
-void check_dim(const char* name, int64_t v, const Target& t) {
+void check_dim(const char* name, int64_t v) {
   MXQ_CHECK(v >= 0, name, " must be non-negative, got ", v);
   MXQ_CHECK(v <= kMaxDim, name, " must be at most 2^31-1, got ", v);
-  MXQ_CHECK(v % t.align == 0, name, " must be a multiple of ", t.align, " on ", t.name, ", got ",
-            v);
+  MXQ_CHECK(v % kDimAlign == 0, name, " must be a multiple of ", kDimAlign, ", got ", v);
+}
+
+void check_dtype(DType t) {
+  MXQ_CHECK(t == DType::kBFloat16 || t == DType::kFloat16 || t == DType::kFloat32,
+            "dtype must be DType::kBFloat16, kFloat16 or kFloat32, got ", static_cast<int>(t));
 }
 
 // Every buffer is accessed with 16-byte vectors, except offs and status (4-byte words).
@@ -55,12 +59,14 @@ void check_groups(const int32_t* offs, int64_t num_groups, const int32_t* status
 
 bool nothing_to_write(const QuantizeParams& p) {
   if (p.M != 0 && p.K != 0) return false;
-  return !(p.colwise() && s_col_shape(p.M, p.K, p.num_groups).bytes() > 0) && p.status == nullptr;
+  return !(p.colwise() && s_col_shape(p.M, p.K, p.num_groups).bytes() > 0) &&
+         !(p.rowwise() && s_row_shape(p.M, p.K, p.num_groups).bytes() > 0) && p.status == nullptr;
 }
 
-void validate(const QuantizeParams& p, const Target& t) {
-  check_dim("M", p.M, t);
-  check_dim("K", p.K, t);
+void validate(const QuantizeParams& p) {
+  check_dim("M", p.M);
+  check_dim("K", p.K);
+  check_dtype(p.dtype);
   check_rounding(p.rounding);
   check_groups(p.offs, p.num_groups, p.status);
   const bool empty = p.M == 0 || p.K == 0;
@@ -68,15 +74,15 @@ void validate(const QuantizeParams& p, const Target& t) {
             "nothing to compute: set q_row and s_row (rowwise), q_col and s_col (colwise), or all "
             "four");
   if (!empty) check_ptr(p.x, "x");
-  check_pair(p.q_row, p.s_row, q_row_shape(p.M, p.K).bytes(), s_row_shape(p.M, p.K).bytes(),
-             "q_row", "s_row");
+  check_pair(p.q_row, p.s_row, q_row_shape(p.M, p.K).bytes(),
+             s_row_shape(p.M, p.K, p.num_groups).bytes(), "q_row", "s_row");
   check_pair(p.q_col, p.s_col, q_col_shape(p.M, p.K).bytes(),
              s_col_shape(p.M, p.K, p.num_groups).bytes(), "q_col", "s_col");
 }
 
-void validate(const DequantizeParams& p, const Target& t) {
-  check_dim("rows", p.rows, t);
-  check_dim("cols", p.cols, t);
+void validate(const DequantizeParams& p) {
+  check_dim("rows", p.rows);
+  check_dim("cols", p.cols);
   check_groups(p.offs, p.num_groups, p.status);
   if (p.rows == 0 || p.cols == 0) return;
   check_ptr(p.q, "q");

@@ -21,9 +21,26 @@ static_assert(kTile == kAtomCols * kBlock, "a tile's 128 columns are one atom's 
 constexpr uint32_t kAbsMask2 = 0x7FFF7FFFu;
 constexpr uint32_t kNanWord = 0x7F7F7F7Fu;  // four e4m3 NaN bytes
 
-// ---- packed block math ----
+// ---- packed block math (16-bit inputs: bf16 and fp16) ----
+//
+// Both 16-bit types share the tile path: |v| is the sign-masked bit pattern, and for non-negative
+// patterns unsigned order is value order with every NaN above Inf, so an unsigned max is the
+// NaN-propagating amax. Only widening to fp32 differs (a shift for bf16, cvt for fp16; both exact).
 
-// Scale byte, multiplier and NaN mask of one block from its amax (bf16 bits). NOTES: a NaN/Inf
+template <DType kIn>
+struct Widen;
+template <>
+struct Widen<DType::kBFloat16> {
+  static __device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
+  static __device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+};
+template <>
+struct Widen<DType::kFloat16> {
+  static __device__ __forceinline__ float lo(uint32_t w) { return ptx::cvt_f32_f16(w & 0xFFFFu); }
+  static __device__ __forceinline__ float hi(uint32_t w) { return ptx::cvt_f32_f16(w >> 16); }
+};
+
+// Scale byte, multiplier and NaN mask of one block from its amax (16-bit pattern). NOTES: a NaN/Inf
 // block (s = 255) is written as 0x7F bytes through `nan` (all ones) with plain bit operations:
 // a conditional here becomes a branch around the conversion, and the compiler then recomputes r
 // inside every branch (measured: +160 instructions per thread in the colwise pass).
@@ -35,67 +52,149 @@ struct BlockScale {
     return (q & ~nan) | (kNanWord & nan);
   }
 };
-template <ScaleRounding kRule>
+template <DType kIn, ScaleRounding kRule>
 __device__ __forceinline__ BlockScale block_scale(uint32_t amax_bits) {
-  const uint8_t s = e8m0_from_amax_bf16(static_cast<uint16_t>(amax_bits), kRule);
+  const uint8_t s = e8m0_from_amax(Widen<kIn>::lo(amax_bits), kRule);
   return {s, e8m0_reciprocal(s), s == kE8m0Nan ? 0xFFFFFFFFu : 0u};
 }
 
-// Four e4m3 bytes from two words of two bf16 each (element order kept: w0.lo, w0.hi, w1.lo, w1.hi).
+// Four e4m3 bytes from two words of two 16-bit values each (element order kept: w0.lo, w0.hi,
+// w1.lo, w1.hi).
+template <DType kIn>
 __device__ __forceinline__ uint32_t quantize_words(uint32_t w0, uint32_t w1, float r) {
-  const uint32_t lo = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(w0 & 0xFFFF0000u), r),
-                                      mul_rn(__uint_as_float(w0 << 16), r));
-  const uint32_t hi = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(w1 & 0xFFFF0000u), r),
-                                      mul_rn(__uint_as_float(w1 << 16), r));
+  using W = Widen<kIn>;
+  const uint32_t lo = ptx::cvt_e4m3x2(mul_rn(W::hi(w0), r), mul_rn(W::lo(w0), r));
+  const uint32_t hi = ptx::cvt_e4m3x2(mul_rn(W::hi(w1), r), mul_rn(W::lo(w1), r));
   return lo | (hi << 16);
 }
 
-// ---- grouped mode: device offsets ----
+// ---- grouped mode: the group table ----
 //
-// NOTES: offs lives on the device, so it is checked there. Every kernel reads it through
-// sanitized_offset(): clamped to [0, M] and rounded down to a multiple of kGroupAlign, and groups
-// are taken as the running maximum of those ends. A malformed offs therefore still describes in-bounds, 128-aligned,
-// ordered groups — nothing can be written outside the outputs — and the status word reports what
-// was wrong.
+// NOTES: offs lives on the device, so it is checked there. Every CTA of a grouped launch builds a
+// GroupTable in shared memory from it: each end clamped to [0, M] and rounded down to a multiple
+// of kGroupAlign, groups taken as the running maximum of those ends. A malformed offs therefore
+// still describes ordered, in-bounds, aligned groups that partition [0, M) with the tail — nothing
+// can be written outside the outputs — and the status word reports what was wrong. Then the two
+// prefix sums the layouts need: each M-groups segment's first blocked atom-row, each K-group's
+// first padded scale column.
 
-__device__ __forceinline__ int64_t sanitized_offset(int32_t v, int64_t M) {
+__device__ __forceinline__ int32_t sanitized_offset(int32_t v, int64_t M) {
   const int64_t clamped = v < 0 ? 0 : (v > M ? M : v);
-  return clamped - clamped % kGroupAlign;
+  return static_cast<int32_t>(clamped - clamped % kGroupAlign);
 }
 
-// The token range [begin, end) of the group holding rows [m0, m0 + kGroupAlign), found by one warp
-// (all lanes get the answer). end <= begin means the rows are the uncovered tail.
-struct GroupSpan {
-  int64_t begin;
-  int64_t end;
+// The shared-memory arrays of a GroupTable for G groups (G + 1 segments).
+__host__ __device__ constexpr int group_table_bytes(int G) {
+  return static_cast<int>(round_up(int64_t(3) * G + 2 + 8, 4)) * 4;
+}
+
+struct GroupTable {
+  const int32_t* end;       // [G]: sanitized end row of group g
+  const int32_t* row_atom;  // [G+1]: M-groups: first blocked atom-row of segment h (h = G: tail)
+  const int32_t* col_base;  // [G+1]: K-groups: first padded scale column of group g (g = G: slack)
+  int G;
+  int64_t M;
+
+  __device__ __forceinline__ int64_t begin(int h) const { return h == 0 ? 0 : end[h - 1]; }
+  __device__ __forceinline__ int64_t finish(int h) const { return h == G ? M : end[h]; }
+  // The segment holding row m: the first group whose end lies past m, or G (the tail).
+  __device__ __forceinline__ int segment_of(int64_t m) const {
+    int lo = 0, hi = G;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (end[mid] > m) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return lo;
+  }
+  // The first blocked row past the last segment: every s_row byte from there on is slack.
+  __device__ __forceinline__ int64_t rows_used() const {
+    return (int64_t(row_atom[G]) + ceil_div(M - begin(G), kAtomRows)) * kAtomRows;
+  }
 };
-__device__ __forceinline__ GroupSpan find_group_warp(const int32_t* offs, int num_groups, int64_t M,
-                                                     int64_t m0) {
+
+// Exclusive scan of one int32 per thread over the CTA (all threads call it); *total gets the
+// reduction of every value. `scratch` holds one int32 per warp.
+template <typename Op>
+__device__ __forceinline__ int32_t block_exclusive_scan(int32_t v, Op op, int32_t identity,
+                                                        int32_t* scratch, int32_t* total) {
   const int lane = threadIdx.x & 31;
-  // Group index: the first g whose end lies past m0. Its begin: the largest end before it.
-  int first = num_groups;
-  for (int g = lane; g < num_groups; g += 32) {
-    if (sanitized_offset(offs[g], M) > m0) {
-      first = g;
-      break;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+  int32_t inclusive = v;
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t n = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
+    if (lane >= d) inclusive = op(inclusive, n);
+  }
+  if (lane == 31) scratch[warp] = inclusive;
+  __syncthreads();
+  int32_t prefix = identity, all = identity;
+  for (int w = 0; w < warps; ++w) {
+    if (w < warp) prefix = op(prefix, scratch[w]);
+    all = op(all, scratch[w]);
+  }
+  __syncthreads();  // scratch is reused by the next scan
+  int32_t exclusive = __shfl_up_sync(0xFFFFFFFFu, inclusive, 1);
+  if (lane == 0) exclusive = identity;
+  *total = all;
+  return op(prefix, exclusive);
+}
+
+// Builds the table in `storage` (group_table_bytes(G)); every thread of the CTA calls it, and it
+// ends with a barrier. Thread t owns groups [kPer*t, kPer*t + kPer).
+__device__ __forceinline__ GroupTable build_group_table(const int32_t* offs, int G, int64_t M,
+                                                        int32_t* storage) {
+  constexpr int kPer = 4;
+  int32_t* end = storage;
+  int32_t* row_atom = end + G;
+  int32_t* col_base = row_atom + G + 1;
+  int32_t* scratch = col_base + G + 1;  // 8 words (one per warp of a 256-thread CTA)
+  const int g0 = kPer * threadIdx.x;
+  int32_t e[kPer];
+  int32_t run = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (g0 + i < G) run = max(run, sanitized_offset(offs[g0 + i], M));
+    e[i] = run;
+  }
+  int32_t unused;
+  const int32_t before =
+      block_exclusive_scan(run, [](int32_t a, int32_t b) { return max(a, b); }, 0, scratch, &unused);
+  int32_t rows = 0, cols = 0, prev = before;
+  int32_t my_rows[kPer], my_cols[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int32_t ei = max(e[i], before);
+    const int32_t n = ei - prev;
+    my_rows[i] = rows;
+    my_cols[i] = cols;
+    if (g0 + i < G) {
+      end[g0 + i] = ei;
+      rows += static_cast<int32_t>(ceil_div(n, kAtomRows));
+      cols += static_cast<int32_t>(round_up(n / kBlock, kAtomCols));
+    }
+    prev = ei;
+  }
+  const auto plus = [](int32_t a, int32_t b) { return a + b; };
+  int32_t rows_total, cols_total;
+  const int32_t rows_before = block_exclusive_scan(rows, plus, 0, scratch, &rows_total);
+  const int32_t cols_before = block_exclusive_scan(cols, plus, 0, scratch, &cols_total);
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (g0 + i < G) {
+      row_atom[g0 + i] = rows_before + my_rows[i];
+      col_base[g0 + i] = cols_before + my_cols[i];
     }
   }
-  for (int d = 16; d > 0; d >>= 1) first = min(first, __shfl_xor_sync(0xFFFFFFFFu, first, d));
-  int64_t begin = 0;
-  for (int g = lane; g < first; g += 32) begin = max(begin, sanitized_offset(offs[g], M));
-  for (int d = 16; d > 0; d >>= 1) begin = max(begin, __shfl_xor_sync(0xFFFFFFFFu, begin, d));
-  const int64_t end = first < num_groups ? sanitized_offset(offs[first], M) : begin;
-  return {begin, end};
-}
-
-// The end of the last group (tokens covered by some group), by one warp.
-__device__ __forceinline__ int64_t covered_end_warp(const int32_t* offs, int num_groups,
-                                                    int64_t M) {
-  int64_t end = 0;
-  for (int g = threadIdx.x & 31; g < num_groups; g += 32)
-    end = max(end, sanitized_offset(offs[g], M));
-  for (int d = 16; d > 0; d >>= 1) end = max(end, __shfl_xor_sync(0xFFFFFFFFu, end, d));
-  return end;
+  if (threadIdx.x == 0) {
+    row_atom[G] = rows_total;
+    col_base[G] = cols_total;
+  }
+  __syncthreads();
+  return {end, row_atom, col_base, G, M};
 }
 
 // StatusBits describing offs, by one warp.
@@ -112,41 +211,45 @@ __device__ __forceinline__ int32_t offs_status_warp(const int32_t* offs, int num
   return __reduce_or_sync(0xFFFFFFFFu, status);
 }
 
-// The K-groups placement of the 128x4 scale atom for scale rows [k0, k0+128) and tokens [m0,
-// m0+128) of the group `span`: the byte offset of that atom in s_col.
-__device__ __forceinline__ int64_t kgroups_atom_offset(GroupSpan span, int64_t K, int64_t k0,
-                                                       int64_t m0) {
-  const KGroup group{span.begin / kBlock, (span.end - span.begin) / kBlock,
-                     span.begin / kBlock * round_up(K, kAtomRows)};
-  return group.offset(k0, m0 / kBlock);
-}
-
-// Grouped kernels append zero-fill CTAs after their tile CTAs: CTA z of them zeroes the part of
-// [covered_end/32 * roundup(K,128), s_col bytes) inside its chunk, and zero-fill CTA 0 writes the
-// status word.
+// Grouped launches append zero-fill CTAs after their work CTAs. Slack is every byte after the last
+// K-group's region of s_col (the tail's colwise scales are zeroed, not placed), and every s_row byte
+// after the last M-groups segment, which lies in the allocation's last 128*G rows (the segments
+// take at least roundup(M,128) rows). Each zero-fill CTA takes one 64 KiB chunk of s_col, then of
+// those s_row rows; zero-fill CTA 0 also writes the status word.
 constexpr int64_t kZeroChunk = 64 * 1024;
-__host__ __device__ constexpr int64_t zero_fill_ctas(int64_t M, int64_t K, int64_t num_groups) {
-  return ceil_div(s_col_shape(M, K, num_groups).bytes(), kZeroChunk);
+__host__ __device__ constexpr int64_t zero_fill_col_ctas(int64_t M, int64_t K, int64_t G) {
+  return ceil_div(s_col_shape(M, K, G).bytes(), kZeroChunk);
+}
+__host__ __device__ constexpr int64_t zero_fill_row_ctas(int64_t K, int64_t G) {
+  return ceil_div(kAtomRows * G * round_up(K / kBlock, kAtomCols), kZeroChunk);
 }
 
-__device__ __forceinline__ void zero_fill_slack(uint8_t* s_col, const int32_t* offs, int num_groups,
-                                                int64_t M, int64_t K, int64_t z, int32_t* status) {
-  __shared__ int64_t slack_begin;
-  if (threadIdx.x < 32) {
-    const int64_t covered = covered_end_warp(offs, num_groups, M);
-    const int32_t bits = offs_status_warp(offs, num_groups, M);
-    if (threadIdx.x == 0) {
-      slack_begin = covered / kBlock * round_up(K, kAtomRows);
-      if (z == 0 && status != nullptr) *status = bits;
-    }
-  }
-  __syncthreads();
-  const int64_t total = s_col_shape(M, K, num_groups).bytes();
-  const int64_t begin = max(slack_begin, z * kZeroChunk);
-  const int64_t end = min(total, (z + 1) * kZeroChunk);
-  // begin and end are multiples of 512 (atoms) or of the chunk, so 16-byte stores tile the range.
+__device__ __forceinline__ void zero_range(uint8_t* p, int64_t begin, int64_t end) {
+  // begin and end are multiples of 16 (atoms, chunks, allocation ends): 16-byte stores tile it.
   for (int64_t i = begin + threadIdx.x * 16; i < end; i += blockDim.x * 16) {
-    ptx::st_global_v4(s_col + i, make_uint4(0, 0, 0, 0));
+    ptx::st_global_v4(p + i, make_uint4(0, 0, 0, 0));
+  }
+}
+
+// Zero-fill CTA z (0-based among them): s_row / s_col null when that axis is not written.
+__device__ __forceinline__ void zero_fill_slack(const GroupTable& t, uint8_t* s_row, uint8_t* s_col,
+                                                int64_t K, int64_t z, const int32_t* offs,
+                                                int32_t* status) {
+  if (z == 0 && status != nullptr && threadIdx.x < 32) {
+    const int32_t bits = offs_status_warp(offs, t.G, t.M);
+    if (threadIdx.x == 0) *status = bits;
+  }
+  const int64_t col_ctas = s_col != nullptr ? zero_fill_col_ctas(t.M, K, t.G) : 0;
+  if (z < col_ctas) {
+    const int64_t total = s_col_shape(t.M, K, t.G).bytes();
+    const int64_t slack = int64_t(t.col_base[t.G]) * round_up(K, kAtomRows);
+    zero_range(s_col, max(slack, z * kZeroChunk), min(total, (z + 1) * kZeroChunk));
+  } else if (s_row != nullptr) {
+    const int64_t cols = round_up(K / kBlock, kAtomCols);
+    const int64_t region = round_up(t.M, kAtomRows) * cols;  // the last 128*G rows
+    const int64_t total = s_row_shape(t.M, K, t.G).bytes();
+    const int64_t chunk = region + (z - col_ctas) * kZeroChunk;
+    zero_range(s_row, max(t.rows_used() * cols, chunk), min(total, chunk + kZeroChunk));
   }
 }
 

@@ -4,12 +4,14 @@
 // dequantize to +0. Used by the emulated MXFP8 GEMM below SM100 and by round-trip tests; not on the
 // quantization hot path.
 //
-// One CTA per 128x128 tile: each thread converts four 16-byte chunks (16 elements, half a block)
-// into 32 bytes.
+// One CTA per 128x128 tile (partial at the edges: rows and cols are multiples of 32): each thread
+// converts four 16-byte chunks (16 elements, half a block) into 32 bytes. K-groups tiles look up
+// each 32-token chunk's atom and slot once (scales.cuh k_groups_place).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
 #include "launch.h"
+#include "scales.cuh"
 
 namespace mxq::kernels {
 
@@ -34,18 +36,19 @@ struct DequantKernelParams {
 template <bool kGrouped>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_kernel(const DequantKernelParams p) {
-  const int64_t col_tiles = p.cols / kTile;
+  extern __shared__ __align__(16) int32_t table_storage[];
+  const int64_t col_tiles = ceil_div(p.cols, kTile);
   const int64_t r0 = blockIdx.x / col_tiles * kTile;
   const int64_t c0 = blockIdx.x % col_tiles * kTile;
-  __shared__ GroupSpan span;
+  // K-groups: the cols are tokens. Each 32-token chunk's scales sit in one atom slot.
+  GroupTable t{};
+  __shared__ ChunkPlace chunk_place[kAtomCols];
   if constexpr (kGrouped) {
-    if (threadIdx.x < 32) {
-      const GroupSpan s = find_group_warp(p.offs, p.num_groups, p.cols, c0);
+    t = build_group_table(p.offs, p.num_groups, p.cols, table_storage);
+    if (threadIdx.x < kAtomCols) chunk_place[threadIdx.x] = k_groups_place(t, c0, threadIdx.x, r0, p.rows);
+    if (blockIdx.x == 0 && p.status != nullptr && threadIdx.x < 32) {
       const int32_t bits = offs_status_warp(p.offs, p.num_groups, p.cols);
-      if (threadIdx.x == 0) {
-        span = s;
-        if (blockIdx.x == 0 && p.status != nullptr) *p.status = bits;
-      }
+      if (threadIdx.x == 0) *p.status = bits;
     }
     __syncthreads();
   }
@@ -54,15 +57,14 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     const int idx = i * DequantConfig::kThreads + threadIdx.x;
     const int64_t r = r0 + idx / DequantConfig::kChunksPerRow;
     const int64_t c = c0 + idx % DequantConfig::kChunksPerRow * DequantConfig::kChunk;
+    if (r >= p.rows || c >= p.cols) continue;  // a partial tile at the edge (32-multiples)
     const uint4 q = ptx::ld_global_nc_v4(p.q + r * p.cols + c);
     uint8_t s = 0;
     bool placed = true;
     if constexpr (kGrouped) {
-      placed = span.end > span.begin;
-      if (placed) {
-        s = p.scales[kgroups_atom_offset(span, p.rows, r - r % kAtomRows, c0) +
-                     atom_offset(r, (c - c0) / kBlock)];
-      }
+      const ChunkPlace place = chunk_place[(c - c0) / kBlock];
+      placed = place.slot >= 0;
+      if (placed) s = p.scales[place.atom + atom_offset<int64_t>(r, 0) + place.slot];
     } else {
       s = p.scales[blocked_offset(r, c / kBlock, p.cols / kBlock)];
     }
@@ -94,10 +96,14 @@ void launch_dequantize(const DequantizeParams& p) {
                               static_cast<int>(p.num_groups),
                               static_cast<uint16_t*>(p.out),
                               p.status};
-  const int64_t grid = (p.rows / kTile) * (p.cols / kTile);
+  const int64_t grid = ceil_div(p.rows, kTile) * ceil_div(p.cols, kTile);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
-  auto kernel = p.offs != nullptr ? dequantize_kernel<true> : dequantize_kernel<false>;
-  kernel<<<static_cast<unsigned>(grid), DequantConfig::kThreads, 0, p.stream>>>(k);
+  if (p.offs != nullptr) {
+    dequantize_kernel<true><<<static_cast<unsigned>(grid), DequantConfig::kThreads,
+                              group_table_bytes(k.num_groups), p.stream>>>(k);
+  } else {
+    dequantize_kernel<false><<<static_cast<unsigned>(grid), DequantConfig::kThreads, 0, p.stream>>>(k);
+  }
   MXQ_CHECK_CUDA(cudaGetLastError());
 }
 

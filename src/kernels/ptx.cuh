@@ -63,4 +63,12 @@ __device__ __forceinline__ uint16_t cvt_e4m3x2(float hi, float lo) {
   return d;
 }
 
+// cvt (9.7.9.21): one fp16 (the low 16 bits of `h`) -> fp32, exact (subnormals kept, NaN stays
+// NaN).
+__device__ __forceinline__ float cvt_f32_f16(uint32_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(static_cast<uint16_t>(h)));
+  return f;
+}
+
 }  // namespace mxq::ptx

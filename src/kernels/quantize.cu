@@ -1,18 +1,19 @@
 // MXFP8 quantization kernels: rowwise 1x32, colwise 32x1 (transposed output) and the fused
-// dual-axis kernel, all one templated tile kernel (docs/numerics.md §2-§8).
+// dual-axis kernel, all one templated tile kernel (docs/numerics.md §2-§10).
 //
-// x: bf16 (M, K) row-major. Outputs, each optional per variant:
-//   q_row (M, K) e4m3 and s_row in the blocked layout;
-//   q_col (K, M) e4m3, row k = column k of x, with S_col plain (K, M/32), blocked, or in the
-//   K-groups layout.
+// x: bf16 or fp16 (M, K) row-major, M and K multiples of 32. Outputs, each optional per variant:
+//   q_row (M, K) e4m3 and s_row in the blocked layout (M-groups layout with offs);
+//   q_col (K, M) e4m3, row k = column k of x, with S_col plain (K, M/32) (the composed path),
+//   blocked, or in the K-groups layout.
 // Rounding: RCEIL or FLOOR scale (numerics.h), e4m3 by cvt.rn.satfinite; blocks with NaN/Inf become
 // all 0x7F.
 //
-// One CTA quantizes one 128x128 tile, which maps to exactly one 512-byte scale atom per axis.
+// One CTA quantizes one 128x128 tile, which maps to one 512-byte scale atom per axis.
 //   ---- load ----     coalesced 16-byte loads (a warp instruction reads two whole tile rows), 8
 //                      per thread: 32 KiB in flight per CTA, 4 CTAs per SM; staged in shared memory
 //                      (16-byte chunks XOR-swizzled per row so that every access pattern below is
-//                      conflict-free).
+//                      conflict-free). A partial tile at the edge of x (M or K not a multiple of
+//                      128) stages zeros past the edge.
 //   ---- rowwise ----  a thread quantizes two whole 1x32 blocks (amax, scale, convert; no
 //                      shuffles), then swaps half a block with its neighbour lane so that every
 //                      16-byte store completes a 32-byte sector.
@@ -20,27 +21,31 @@
 //                      32-row block, as 16 words of two consecutive rows: the rowwise word order);
 //                      it converts and stores the 32 bytes of its q_col row segment straight from
 //                      registers, with the same neighbour exchange as the rowwise stores.
-//   Only the two 512-byte scale atoms are staged for a final barrier and one 16-byte store per
-//   lane of one warp.
+//   ---- scales ----   the two 512-byte atoms are staged, then stored after a barrier: whole (one
+//                      16-byte store per lane of one warp) when the tile's rows or tokens map to
+//                      one atom, else per 32-row block (grouped mode with 32-aligned groups).
 // NOTES:
 // - Every variant (rowwise only, colwise only, fused, the composed path's colwise step) is this
 //   one kernel; the template picks the outputs. Tile order: K fastest, except colwise only, whose
 //   only output runs along M (consecutive CTAs then continue the same 128 rows of q_col).
+// - Padding is computed, not special-cased: the zeros staged past the edge of x quantize to scale
+//   byte 0, which is exactly the padding value of the blocked layout; only data stores past the
+//   edge are skipped.
+// - Grouped launches build a GroupTable (common.cuh) in every CTA: the two layouts need prefix
+//   sums over the groups, and a per-CTA block scan costs less than a second launch.
 // - q_col is stored straight from registers as whole 32-byte sectors (neighbour lanes exchange
 //   half a block): no transposed staging tile, no extra barrier. This is what took fused from
 //   76-82% to 85-89% of the copy roof on the H200.
-// - 33.8 KB of shared memory per CTA, under the 48 KB that needs no opt-in attribute, so launches
-//   set no function attribute (that costs a driver call per launch).
+// - Shared memory stays under the 48 KB that needs no opt-in attribute (33.8 KB, plus the group
+//   table in grouped mode), so launches set no function attribute (a driver call per launch).
 // - The variants tried and rejected, with their measurements, are in docs/performance.md.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
 #include "launch.h"
+#include "scales.cuh"
 
 namespace mxq::kernels {
-
-// How the colwise scales leave the kernel.
-enum class ColScales { kNone, kPlain, kBlocked, kKGroups };
 
 struct Config {
   static constexpr int kThreads = 256;
@@ -69,16 +74,18 @@ struct Config {
 };
 
 struct alignas(16) SharedStorage {
-  alignas(
-      16) uint4 tile[kTile][kTile / 8];  // bf16 tile, [row][16-byte chunk ^ tile_key()] (32 KiB)
+  alignas(16) uint4 tile[kTile][kTile / 8];  // 16-bit tile, [row][16-byte chunk ^ tile_key()]
   alignas(16) uint8_t row_atom[kAtomBytes];  // s_row atom of this tile
   alignas(16) uint8_t col_atom[kAtomBytes];  // s_col atom (blocked layouts) or [k][block] (plain)
-  GroupSpan span;                            // K-groups: the tile's group, tokens
+  // Grouped launches append the GroupTable arrays (group_table_bytes(G)) after this struct.
 };
-static_assert(sizeof(SharedStorage) * Config::kMinBlocksPerSm <= 227 * 1024,
+constexpr int kSmemLimit = 48 * 1024;  // what a launch may use without an opt-in attribute
+static_assert(sizeof(SharedStorage) + group_table_bytes(kMaxGroups) <= kSmemLimit,
+              "the tile and the largest group table must fit 48 KB");
+static_assert((sizeof(SharedStorage) + group_table_bytes(kMaxGroups)) * Config::kMinBlocksPerSm <=
+                  227 * 1024,
               "4 CTAs must fit one SM");
-static_assert(sizeof(SharedStorage) <= 48 * 1024,
-              "above 48 KB every launch would need cudaFuncAttributeMaxDynamicSharedMemorySize");
+static_assert(Config::kThreads * 4 >= kMaxGroups, "build_group_table: 4 groups per thread");
 
 struct TileParams {
   const uint16_t* x;
@@ -90,7 +97,8 @@ struct TileParams {
   const int32_t* offs;
   int num_groups;
   int32_t* status;
-  int64_t tiles;  // CTAs past this zero-fill the K-groups slack, or write the status word
+  int64_t m_tiles, k_tiles;  // ceil(M/128), ceil(K/128)
+  int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
 };
 
 // Logical chunk c (0..15) of row `row` of the staged bf16 tile is stored at physical chunk
@@ -113,8 +121,10 @@ __device__ __forceinline__ int tile_key(int row, int half) {
 // adjacent in one output row. The lanes exchange half a block so that each 16-byte store of the
 // pair completes one 32-byte sector: the even lane stores its first half and, one block on, its
 // neighbour's first half; the odd lane its neighbour's second half, then its own second half.
-// q_pair = the even lane's block + 16 * (lane is odd).
-__device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2]) {
+// q_pair = the even lane's block + 16 * (lane is odd); the stores into the pair's first and second
+// block happen only where first / second say the block lies inside the output.
+__device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2], bool first,
+                                                 bool second) {
   const bool odd = threadIdx.x & 1;
   const uint4 send = odd ? q[0] : q[1];
   uint4 recv;
@@ -122,31 +132,31 @@ __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&
   recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
   recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
   recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
-  ptx::st_global_v4(q_pair, odd ? recv : q[0]);
-  ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
+  if (first) ptx::st_global_v4(q_pair, odd ? recv : q[0]);
+  if (second) ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
 }
 
 // Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
-// row.
-template <ScaleRounding kRule>
+// row (the stores into each happen where `first` / `second` say, see store_block_pair).
+template <DType kIn, ScaleRounding kRule>
 __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
-                                                 uint8_t* q_pair) {
+                                                 uint8_t* q_pair, bool first, bool second) {
   uint32_t m2 = 0;
 #pragma unroll
   for (int i = 0; i < Config::kChunksPerBlock; ++i) {
     m2 = ptx::max_u16x2(m2, ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
                                            ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
   }
-  const BlockScale bs = block_scale<kRule>(max(m2 & 0xFFFFu, m2 >> 16));
+  const BlockScale bs = block_scale<kIn, kRule>(max(m2 & 0xFFFFu, m2 >> 16));
   uint4 q[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    q[h] = make_uint4(bs.select(quantize_words(v[2 * h].x, v[2 * h].y, bs.r)),
-                      bs.select(quantize_words(v[2 * h].z, v[2 * h].w, bs.r)),
-                      bs.select(quantize_words(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
-                      bs.select(quantize_words(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
+    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[2 * h].x, v[2 * h].y, bs.r)),
+                      bs.select(quantize_words<kIn>(v[2 * h].z, v[2 * h].w, bs.r)),
+                      bs.select(quantize_words<kIn>(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
+                      bs.select(quantize_words<kIn>(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
   }
-  store_block_pair(q_pair, q);
+  store_block_pair(q_pair, q, first, second);
   return bs.s;
 }
 
@@ -156,10 +166,10 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
 // the order quantize_words takes. Lanes 4j..4j+3 hold the four blocks of q_col row 8*group + j, so
 // neighbour lanes store whole sectors (store_block_pair) and a warp instruction writes 64 bytes
 // into each of 8 rows. The scale goes to the colwise scale staging (atom layout, or [k][block] for
-// plain scales).
-template <ColScales kCol, ScaleRounding kRule>
+// plain scales). rows / cols: how much of the tile lies inside x.
+template <DType kIn, ColScales kCol, ScaleRounding kRule>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
-                                               int64_t M, uint8_t* col_atom) {
+                                               int64_t M, int rows, int cols, uint8_t* col_atom) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int addr_row = kBlock * ((lane % 8) / 2) + 2 * (lane / 8) + lane % 2;  // + 8n
@@ -180,17 +190,21 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
     uint32_t m2 = 0;
 #pragma unroll
     for (int i = 0; i < kBlock / 2; ++i) m2 = ptx::max_u16x2(m2, w[i] & kAbsMask2);
-    const BlockScale bs = block_scale<kRule>(max(m2 & 0xFFFFu, m2 >> 16));
+    const BlockScale bs = block_scale<kIn, kRule>(max(m2 & 0xFFFFu, m2 >> 16));
     const int k = 8 * group + lane / 4;
     uint4 q[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const uint32_t* v = w + 8 * h;
-      q[h] = make_uint4(
-          bs.select(quantize_words(v[0], v[1], bs.r)), bs.select(quantize_words(v[2], v[3], bs.r)),
-          bs.select(quantize_words(v[4], v[5], bs.r)), bs.select(quantize_words(v[6], v[7], bs.r)));
+      q[h] = make_uint4(bs.select(quantize_words<kIn>(v[0], v[1], bs.r)),
+                        bs.select(quantize_words<kIn>(v[2], v[3], bs.r)),
+                        bs.select(quantize_words<kIn>(v[4], v[5], bs.r)),
+                        bs.select(quantize_words<kIn>(v[6], v[7], bs.r)));
     }
-    store_block_pair(q_col_tile + k * M + (blk & ~1) * kBlock + (lane & 1) * 16, q);
+    const bool row_in = k < cols;
+    const int pair = blk & ~1;
+    store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
+                     row_in && pair * kBlock < rows, row_in && (pair + 1) * kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
       col_atom[k * Config::kColBlocks + blk] = bs.s;
     } else {
@@ -199,83 +213,50 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
   }
 }
 
-// Stores of both staged scale atoms (after a barrier over the staging).
-template <bool kRowwise, ColScales kCol>
-__device__ __forceinline__ void store_atoms(const TileParams& p, int64_t m0, int64_t k0,
-                                            const SharedStorage& smem) {
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
-  if constexpr (kCol != ColScales::kNone) {
-    if constexpr (kCol == ColScales::kPlain) {
-      if (tid < kTile) {  // row k of S_col (K, M/32): this tile's 4 bytes, one aligned word
-        *reinterpret_cast<uint32_t*>(p.s_col + (k0 + tid) * (p.M / kBlock) + m0 / kBlock) =
-            reinterpret_cast<const uint32_t*>(smem.col_atom)[tid];
-      }
-    } else if (warp == 0) {
-      int64_t atom = -1;
-      if constexpr (kCol == ColScales::kBlocked) {
-        atom = blocked_offset(k0, m0 / kBlock, p.M / kBlock);
-      } else if (smem.span.end > smem.span.begin) {  // the uncovered tail places no scales
-        atom = kgroups_atom_offset(smem.span, p.K, k0, m0);
-      }
-      if (atom >= 0) {
-        ptx::st_global_v4(p.s_col + atom + lane * 16,
-                          reinterpret_cast<const uint4*>(smem.col_atom)[lane]);
-      }
-    }
-  }
-  if constexpr (kRowwise) {
-    if (warp == Config::kWarps - 1) {
-      const int64_t atom = blocked_offset(m0, k0 / kBlock, p.K / kBlock);
-      ptx::st_global_v4(p.s_row + atom + lane * 16,
-                        reinterpret_cast<const uint4*>(smem.row_atom)[lane]);
-    }
-  }
-}
-
-template <bool kRowwise, ColScales kCol, ScaleRounding kRule>
+// kGrouped: offs given (s_row in the M-groups layout, s_col in the K-groups layout when kCol says
+// so; the CTAs past p.tiles zero the slack and write the status word).
+template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     quantize_tile_kernel(const TileParams p) {
   constexpr bool kColwise = kCol != ColScales::kNone;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + sizeof(SharedStorage));
 
-  if (blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
-    if constexpr (kCol == ColScales::kKGroups) {
-      zero_fill_slack(p.s_col, p.offs, p.num_groups, p.M, p.K, blockIdx.x - p.tiles, p.status);
-    } else if (threadIdx.x < 32) {  // rowwise only: s_row needs no offs, only the report does
-      const int32_t bits = offs_status_warp(p.offs, p.num_groups, p.M);
-      if (threadIdx.x == 0) *p.status = bits;
-    }
+  if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
+    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+    zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
+                    p.K, blockIdx.x - p.tiles, p.offs, p.status);
     return;
   }
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // Tile order: K fastest, except for the colwise-only kernel, whose only output runs along M.
-  const int64_t fast_tiles = (kRowwise ? p.K : p.M) / kTile;
+  const int64_t fast_tiles = kRowwise ? p.k_tiles : p.m_tiles;
   const int64_t fast0 = blockIdx.x % fast_tiles * kTile;
   const int64_t slow0 = blockIdx.x / fast_tiles * kTile;
   const int64_t m0 = kRowwise ? slow0 : fast0;
   const int64_t k0 = kRowwise ? fast0 : slow0;
+  const int rows = static_cast<int>(min(int64_t(kTile), p.M - m0));  // multiples of 32
+  const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
 
   // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows. Warp w loads
   // exactly the 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the
   // rowwise pass needs only __syncwarp and runs while other warps still wait for their loads.
-  // Every chunk also goes to the staged tile.
+  // Every chunk also goes to the staged tile; chunks past the edge of x are staged as zeros.
   const int chunk = lane % Config::kChunksPerRow;
   const int row0 = warp * Config::kRowsPerWarp + lane / Config::kChunksPerRow;
   constexpr int kLoadStep = 32 / Config::kChunksPerRow;  // 2 rows per warp instruction
+  const bool chunk_in = chunk * Config::kChunk < cols;
   const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
   uint4 v[Config::kLoads];
 #pragma unroll
-  for (int i = 0; i < Config::kLoads; ++i) v[i] = ptx::ld_global_nc_v4(x + i * kLoadStep * p.K);
-  if constexpr (kCol == ColScales::kKGroups) {
-    if (warp == 0) {
-      const GroupSpan span = find_group_warp(p.offs, p.num_groups, p.M, m0);
-      if (lane == 0) smem.span = span;
-    }
+  for (int i = 0; i < Config::kLoads; ++i) {
+    v[i] = chunk_in && row0 + i * kLoadStep < rows ? ptx::ld_global_nc_v4(x + i * kLoadStep * p.K)
+                                                   : make_uint4(0, 0, 0, 0);
   }
+  GroupTable t{};
+  if constexpr (kGrouped) t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
   const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
 #pragma unroll
   for (int i = 0; i < Config::kLoads; ++i) {
@@ -292,7 +273,8 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     constexpr int kRowStep = 32 / Config::kBlocksPerRow;             // 8
     // The pair's two adjacent blocks start at the even lane's block; this lane stores 16 bytes into
     // each.
-    uint8_t* q_pair = p.q_row + (m0 + row) * p.K + k0 + (blk & ~1) * kBlock + (lane & 1) * 16;
+    const int pair = blk & ~1;
+    uint8_t* q_pair = p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16;
     // row % 32 < 24 and the second block is 8 rows on: its atom offset is the first one's + 8 * 16.
     const unsigned atom = atom_offset<unsigned>(row, blk);
 #pragma unroll
@@ -303,46 +285,226 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       for (int i = 0; i < Config::kChunksPerBlock; ++i) {
         b[i] = smem.tile[r][(blk * Config::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
       }
+      const bool row_in = r < rows;
       smem.row_atom[atom + j * kRowStep * 16] =
-          rowwise_block<kRule>(b, q_pair + j * kRowStep * p.K);
+          rowwise_block<kIn, kRule>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
+                                    row_in && (pair + 1) * kBlock < cols);
     }
   }
   __syncthreads();
   // ---- colwise ----
   if constexpr (kColwise) {
-    colwise_blocks<kCol, kRule>(smem.tile, p.q_col + k0 * p.M + m0, p.M, smem.col_atom);
+    colwise_blocks<kIn, kCol, kRule>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols,
+                                     smem.col_atom);
   }
   __syncthreads();
   // ---- scales ----
-  store_atoms<kRowwise, kCol>(p, m0, k0, smem);
+  const ScaleOut out{p.s_row, p.s_col, p.M, p.K};
+  const bool last_m = m0 + kTile >= p.M;
+  if constexpr (kColwise) store_col_scales<kCol, kAtomCols>(out, m0, k0, smem.col_atom, t, last_m);
+  if constexpr (kRowwise) {
+    store_row_scales<kGrouped, kAtomCols>(out, m0, k0, smem.row_atom, t, last_m);
+  }
+}
+
+// ---- fp32 input ----
+//
+// The same phases on a 64x128 tile (32 KiB, as the 16-bit tile): 64 rows are two 32-row blocks per
+// column, so the tile's scales fill half of each atom and go out per chunk (scales.cuh).
+//   ---- load ----     a warp instruction reads one whole 512-byte tile row; warp w loads rows
+//                      8w..8w+7, exactly the rows its rowwise pass owns.
+//   ---- rowwise ----  lane l of warp w quantizes block l%4 of row 8w + l/4 (8 chunks).
+//   ---- colwise ----  lanes 2j and 2j+1 of warp w take the two 32-row blocks of column 16w + j,
+//                      read with 32 4-byte shared loads, and store them as one q_col row pair.
+// Chunk c (0..31) of a staged row lies at 8*(c/8) + ((c%8) ^ tile_key_f32(row, c/8)): in each
+// 8-lane phase of the load (8 chunks of one block) and rowwise passes (chunk i of blocks 0..3 of
+// rows r, r+1) the keys take 8 values; in the colwise pass a warp reads 16 columns of rows j and
+// j + 32, which the row-bit-5 term sends to complementary bank halves.
+struct ConfigF32 {
+  static constexpr int kThreads = Config::kThreads;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kRows = 64;                                 // tile rows (M)
+  static constexpr int kChunk = 4;                                 // fp32 per 16-byte load
+  static constexpr int kChunksPerRow = kTile / kChunk;             // 32
+  static constexpr int kChunksPerBlock = kBlock / kChunk;          // 8
+  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8: rows per warp
+  static constexpr int kChunks = kRows / kBlock;                   // 2 chunks of 32 rows
+  static_assert(kLoads * kWarps == kRows, "warp w loads rows 8w..8w+7, one per instruction");
+  static_assert(kRows * (kTile / kBlock) == kThreads, "rowwise: one block per thread");
+  static_assert(kTile * kChunks == kThreads, "colwise: one block per thread");
+  static_assert(sizeof(uint4[kRows][kChunksPerRow]) == sizeof(uint4[kTile][kTile / 8]),
+                "the fp32 tile uses the 16-bit tile's shared memory");
+};
+
+__device__ __forceinline__ int tile_key_f32(int row, int blk) {
+  return ((row & 1) * 4 + blk) ^ (((row >> 5) & 1) * 4);
+}
+__device__ __forceinline__ int f32_chunk(int row, int c) {
+  return (c & ~7) | ((c & 7) ^ tile_key_f32(row, c / 8));
+}
+
+// One block of 32 fp32 values (v, as 8 16-byte chunks): scale, 32 e4m3 bytes (q), NaN blocks as
+// 0x7F. amax: an unsigned max of sign-masked fp32 patterns (NaN above Inf, as for 16-bit input).
+template <ScaleRounding kRule>
+__device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock], uint4 (&q)[2]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) m = max(m, v[i] & 0x7FFFFFFFu);
+  const uint8_t s = e8m0_from_amax(__uint_as_float(m), kRule);
+  const float r = e8m0_reciprocal(s);
+  const uint32_t nan = s == kE8m0Nan ? 0xFFFFFFFFu : 0u;
+  uint32_t* words = reinterpret_cast<uint32_t*>(q);
+#pragma unroll
+  for (int w = 0; w < kBlock / 4; ++w) {
+    const uint32_t lo = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[4 * w + 1]), r),
+                                        mul_rn(__uint_as_float(v[4 * w]), r));
+    const uint32_t hi = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[4 * w + 3]), r),
+                                        mul_rn(__uint_as_float(v[4 * w + 2]), r));
+    words[w] = ((lo | (hi << 16)) & ~nan) | (kNanWord & nan);
+  }
+  return s;
+}
+
+template <bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
+__global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
+    quantize_tile_f32_kernel(const TileParams p) {
+  using C = ConfigF32;
+  constexpr bool kColwise = kCol != ColScales::kNone;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
+  auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + sizeof(SharedStorage));
+
+  if (kGrouped && blockIdx.x >= p.tiles) {
+    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+    zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
+                    p.K, blockIdx.x - p.tiles, p.offs, p.status);
+    return;
+  }
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t fast_tiles = kRowwise ? p.k_tiles : p.m_tiles;
+  const int64_t fast = blockIdx.x % fast_tiles, slow = blockIdx.x / fast_tiles;
+  const int64_t m0 = (kRowwise ? slow : fast) * C::kRows;
+  const int64_t k0 = (kRowwise ? fast : slow) * kTile;
+  const int rows = static_cast<int>(min(int64_t(C::kRows), p.M - m0));  // 32 or 64
+  const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
+  const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
+
+  // ---- load ----
+  uint4 v[C::kLoads];
+  const bool chunk_in = lane * C::kChunk < cols;
+#pragma unroll
+  for (int i = 0; i < C::kLoads; ++i) {
+    const int row = warp * C::kLoads + i;
+    v[i] = chunk_in && row < rows ? ptx::ld_global_nc_v4(x + (m0 + row) * p.K + k0 + lane * C::kChunk)
+                                  : make_uint4(0, 0, 0, 0);
+  }
+  GroupTable t{};
+  if constexpr (kGrouped) t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+#pragma unroll
+  for (int i = 0; i < C::kLoads; ++i) {
+    const int row = warp * C::kLoads + i;
+    tile[row][f32_chunk(row, lane)] = v[i];
+  }
+  __syncwarp();
+  // ---- rowwise ----
+  if constexpr (kRowwise) {
+    const int row = warp * C::kLoads + lane / 4;
+    const int blk = lane % 4;
+    uint32_t b[kBlock];
+#pragma unroll
+    for (int i = 0; i < C::kChunksPerBlock; ++i) {
+      const uint4 c = tile[row][f32_chunk(row, blk * C::kChunksPerBlock + i)];
+      b[4 * i] = c.x;
+      b[4 * i + 1] = c.y;
+      b[4 * i + 2] = c.z;
+      b[4 * i + 3] = c.w;
+    }
+    uint4 q[2];
+    const uint8_t s = quantize_block_f32<kRule>(b, q);
+    const int pair = blk & ~1;
+    const bool row_in = row < rows;
+    store_block_pair(p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16, q,
+                     row_in && pair * kBlock < cols, row_in && (pair + 1) * kBlock < cols);
+    smem.row_atom[atom_offset<unsigned>(row, blk)] = s;
+  }
+  __syncthreads();
+  // ---- colwise ----
+  if constexpr (kColwise) {
+    const int k = 16 * warp + lane / 2;
+    const int half = lane & 1;  // the 32-row block
+    uint32_t b[kBlock];
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) {
+      const int row = kBlock * half + j;
+      b[j] = reinterpret_cast<const uint32_t*>(&tile[row][f32_chunk(row, k / C::kChunk)])[k % C::kChunk];
+    }
+    uint4 q[2];
+    const uint8_t s = quantize_block_f32<kRule>(b, q);
+    const bool k_in = k < cols;
+    store_block_pair(p.q_col + (k0 + k) * p.M + m0 + half * 16, q, k_in, k_in && kBlock < rows);
+    if constexpr (kCol == ColScales::kPlain) {
+      smem.col_atom[k * kAtomCols + half] = s;
+    } else {
+      smem.col_atom[atom_offset<unsigned>(k, half)] = s;
+    }
+  }
+  __syncthreads();
+  // ---- scales ----
+  const ScaleOut out{p.s_row, p.s_col, p.M, p.K};
+  const bool last_m = m0 + C::kRows >= p.M;
+  if constexpr (kColwise) store_col_scales<kCol, C::kChunks>(out, m0, k0, smem.col_atom, t, last_m);
+  if constexpr (kRowwise) {
+    store_row_scales<kGrouped, C::kChunks>(out, m0, k0, smem.row_atom, t, last_m);
+  }
 }
 
 // ---- host launchers ----
 
-// CTAs after the tiles: the K-groups zero fill (which also writes the status word), or one CTA for
-// the status word of a grouped rowwise-only call.
-int64_t appended_ctas(const TileParams& p, ColScales col) {
-  if (col == ColScales::kKGroups) return zero_fill_ctas(p.M, p.K, p.num_groups);
-  return p.status != nullptr ? 1 : 0;
+// CTAs after the tiles of a grouped launch: the zero fill of each grouped scale output (zero-fill
+// CTA 0 also writes the status word), at least one when there is a status word to write.
+int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
+  int64_t n = 0;
+  if (col == ColScales::kKGroups) n += zero_fill_col_ctas(p.M, p.K, p.num_groups);
+  if (rowwise) n += zero_fill_row_ctas(p.K, p.num_groups);
+  return p.status != nullptr && n == 0 ? 1 : n;
 }
 
-template <bool kRowwise, ColScales kCol, ScaleRounding kRule>
-void launch_rule(const TileParams& params, cudaStream_t stream) {
-  constexpr int smem_bytes = sizeof(SharedStorage);
-  const int64_t grid = params.tiles + appended_ctas(params, kCol);
+template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
+void launch_variant(const TileParams& params, cudaStream_t stream) {
+  const int smem_bytes = static_cast<int>(sizeof(SharedStorage)) +
+                         (kGrouped ? group_table_bytes(params.num_groups) : 0);
+  const int64_t grid = params.tiles + (kGrouped ? appended_ctas(params, kRowwise, kCol) : 0);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   if (grid == 0) return;
-  quantize_tile_kernel<kRowwise, kCol, kRule>
-      <<<static_cast<unsigned>(grid), Config::kThreads, smem_bytes, stream>>>(params);
+  const unsigned ctas = static_cast<unsigned>(grid);
+  if constexpr (kIn == DType::kFloat32) {
+    quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>
+        <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(params);
+  } else {
+    quantize_tile_kernel<kIn, kRowwise, kCol, kGrouped, kRule>
+        <<<ctas, Config::kThreads, smem_bytes, stream>>>(params);
+  }
   MXQ_CHECK_CUDA(cudaGetLastError());
 }
 
-template <bool kRowwise, ColScales kCol>
-void launch_tile_kernel(const TileParams& params, ScaleRounding rule, cudaStream_t stream) {
-  if (rule == ScaleRounding::kRceil) {
-    launch_rule<kRowwise, kCol, ScaleRounding::kRceil>(params, stream);
-  } else {
-    launch_rule<kRowwise, kCol, ScaleRounding::kFloor>(params, stream);
+// The runtime choices (input type, rounding rule) as template arguments.
+template <bool kRowwise, ColScales kCol, bool kGrouped>
+void launch_tile_kernel(const TileParams& params, DType in, ScaleRounding rule,
+                        cudaStream_t stream) {
+  const bool rceil = rule == ScaleRounding::kRceil;
+  constexpr ScaleRounding kRceil = ScaleRounding::kRceil, kFloor = ScaleRounding::kFloor;
+  switch (in) {
+    case DType::kBFloat16:
+      return rceil ? launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                   : launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kFloor>(params, stream);
+    case DType::kFloat16:
+      return rceil ? launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                   : launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kFloor>(params, stream);
+    case DType::kFloat32:
+      return rceil ? launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                   : launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kFloor>(params, stream);
   }
 }
 
@@ -358,7 +520,9 @@ TileParams tile_params(const QuantizeParams& p) {
   t.offs = p.offs;
   t.num_groups = static_cast<int>(p.num_groups);
   t.status = p.status;
-  t.tiles = (p.M / kTile) * (p.K / kTile);
+  t.m_tiles = ceil_div(p.M, p.dtype == DType::kFloat32 ? ConfigF32::kRows : kTile);
+  t.k_tiles = ceil_div(p.K, kTile);
+  t.tiles = t.m_tiles * t.k_tiles;
   return t;
 }
 
@@ -366,35 +530,47 @@ TileParams tile_params(const QuantizeParams& p) {
 
 namespace mxq::detail {
 using kernels::ColScales;
+using kernels::launch_tile_kernel;
 
 void launch_quantize(const QuantizeParams& p) {
   const kernels::TileParams t = kernels::tile_params(p);
-  const bool grouped = p.offs != nullptr;
-  if (!p.colwise()) {
-    kernels::launch_tile_kernel<true, ColScales::kNone>(t, p.rounding, p.stream);
-  } else if (!p.rowwise()) {
-    if (grouped) {
-      kernels::launch_tile_kernel<false, ColScales::kKGroups>(t, p.rounding, p.stream);
+  const DType in = p.dtype;
+  const ScaleRounding rule = p.rounding;
+  if (p.offs == nullptr) {
+    if (!p.colwise()) {
+      launch_tile_kernel<true, ColScales::kNone, false>(t, in, rule, p.stream);
+    } else if (!p.rowwise()) {
+      launch_tile_kernel<false, ColScales::kBlocked, false>(t, in, rule, p.stream);
     } else {
-      kernels::launch_tile_kernel<false, ColScales::kBlocked>(t, p.rounding, p.stream);
+      launch_tile_kernel<true, ColScales::kBlocked, false>(t, in, rule, p.stream);
     }
-  } else if (grouped) {
-    kernels::launch_tile_kernel<true, ColScales::kKGroups>(t, p.rounding, p.stream);
+  } else if (!p.colwise()) {
+    launch_tile_kernel<true, ColScales::kNone, true>(t, in, rule, p.stream);
+  } else if (!p.rowwise()) {
+    launch_tile_kernel<false, ColScales::kKGroups, true>(t, in, rule, p.stream);
   } else {
-    kernels::launch_tile_kernel<true, ColScales::kBlocked>(t, p.rounding, p.stream);
+    launch_tile_kernel<true, ColScales::kKGroups, true>(t, in, rule, p.stream);
   }
 }
 
+// The baseline: the rowwise kernel (M-groups s_row itself when grouped: the layout is the same
+// kernel's), the colwise kernel writing plain S_col, and the swizzle kernel placing it.
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace) {
   kernels::TileParams row = kernels::tile_params(p);
   row.q_col = row.s_col = nullptr;
   row.status = nullptr;  // the swizzle reports on offs
-  kernels::launch_tile_kernel<true, ColScales::kNone>(row, p.rounding, p.stream);
+  if (p.offs == nullptr) {
+    launch_tile_kernel<true, ColScales::kNone, false>(row, p.dtype, p.rounding, p.stream);
+  } else {
+    launch_tile_kernel<true, ColScales::kNone, true>(row, p.dtype, p.rounding, p.stream);
+  }
   kernels::TileParams col = kernels::tile_params(p);
   col.q_row = col.s_row = nullptr;
   col.s_col = workspace;  // plain S_col (K, M/32)
+  col.offs = nullptr;
+  col.num_groups = 0;
   col.status = nullptr;
-  kernels::launch_tile_kernel<false, ColScales::kPlain>(col, p.rounding, p.stream);
+  launch_tile_kernel<false, ColScales::kPlain, false>(col, p.dtype, p.rounding, p.stream);
   launch_swizzle_col_scales(workspace, p);
 }
 

@@ -2,13 +2,16 @@
 // replaces): plain S_col (K, M/32) -> the dense blocked layout, or the K-groups layout from device
 // offs with every byte after the last group's region zeroed (docs/numerics.md §5-§6).
 //
-// One warp moves one 128x4 atom: lane l holds rows l, l+32, l+64, l+96 of the atom (one 4-byte word
-// each, the atom's 4 scale columns), which are exactly the 16 bytes at l*16 of the blocked atom, so
-// the store of a warp is one contiguous 512-byte line group.
+// Dense: one warp moves one 128x4 atom: lane l holds rows l, l+32, l+64, l+96 of the atom (4 scale
+// columns each), which are exactly the 16 bytes at l*16 of the blocked atom. Grouped: the CTA
+// builds the group table once, then stages each of its atoms in shared memory and places it with
+// the quantize kernel's own scale stores (scales.cuh). Scales past the edge of S_col (K or M/32
+// not a multiple of the atom) are staged as 0, the padding value.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
 #include "launch.h"
+#include "scales.cuh"
 
 namespace mxq::kernels {
 
@@ -16,6 +19,7 @@ struct SwizzleConfig {
   static constexpr int kThreads = 256;
   static constexpr int kAtomsPerCta = kThreads / 32;
   static_assert(kAtomRows == 4 * 32 && kAtomCols == 4, "a lane moves 4 rows of 4 scale bytes");
+  static_assert(kThreads * 4 >= kMaxGroups, "build_group_table: 4 groups per thread");
 };
 
 struct SwizzleKernelParams {
@@ -25,44 +29,67 @@ struct SwizzleKernelParams {
   int num_groups;
   uint8_t* s_col;
   int32_t* status;
-  int64_t atoms;
+  int64_t m_atoms, atoms;
   int64_t atom_ctas;  // CTAs past this zero-fill the K-groups slack
 };
 
-template <bool kGrouped>
-__global__ void __launch_bounds__(SwizzleConfig::kThreads)
-    swizzle_kernel(const SwizzleKernelParams p) {
-  if constexpr (kGrouped) {
-    if (blockIdx.x >= p.atom_ctas) {
-      zero_fill_slack(p.s_col, p.offs, p.num_groups, p.M, p.K, blockIdx.x - p.atom_ctas, p.status);
-      return;
-    }
-  }
-  const int lane = threadIdx.x % 32;
-  const int64_t atom = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + threadIdx.x / 32;
-  if (atom >= p.atoms) return;
-  const int64_t m_atoms = p.M / kTile;
-  const int64_t k0 = atom / m_atoms * kAtomRows;
-  const int64_t m0 = atom % m_atoms * kTile;  // tokens; scale columns m0/32 .. m0/32+3
+// S_col[k, c] of the plain matrix, 0 past its edge.
+__device__ __forceinline__ uint8_t plain_scale(const SwizzleKernelParams& p, int64_t k,
+                                               int64_t c) {
   const int64_t cols = p.M / kBlock;
+  return k < p.K && c < cols ? p.s_plain[k * cols + c] : 0;
+}
 
-  // ---- load ---- rows k0 + lane + 32*i, 4 scale columns each.
+// The (k0, m0) corner of atom a: scale rows k0.., tokens m0.. (scale columns m0/32..).
+__device__ __forceinline__ void atom_corner(const SwizzleKernelParams& p, int64_t a, int64_t* k0,
+                                            int64_t* m0) {
+  *k0 = a / p.m_atoms * kAtomRows;
+  *m0 = a % p.m_atoms * (kAtomCols * kBlock);
+}
+
+__global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_dense_kernel(
+    const SwizzleKernelParams p) {
+  const int lane = threadIdx.x % 32;
+  const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + threadIdx.x / 32;
+  if (a >= p.atoms) return;
+  int64_t k0, m0;
+  atom_corner(p, a, &k0, &m0);
   uint4 out;
-  uint32_t* words = reinterpret_cast<uint32_t*>(&out);
+  uint8_t* bytes = reinterpret_cast<uint8_t*>(&out);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    words[i] =
-        *reinterpret_cast<const uint32_t*>(p.s_plain + (k0 + lane + 32 * i) * cols + m0 / kBlock);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) bytes[4 * i + c] = plain_scale(p, k0 + lane + 32 * i, m0 / kBlock + c);
   }
-  // ---- place ----
-  int64_t dst = blocked_offset(k0, m0 / kBlock, cols);
-  if constexpr (kGrouped) {
-    const GroupSpan span = find_group_warp(p.offs, p.num_groups, p.M, m0);
-    if (span.end <= span.begin) return;  // the uncovered tail: zeroed by the slack fill
-    dst = kgroups_atom_offset(span, p.K, k0, m0);
+  ptx::st_global_v4(p.s_col + blocked_offset(k0, m0 / kBlock, p.M / kBlock) + lane * 16, out);
+}
+
+__global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_kgroups_kernel(
+    const SwizzleKernelParams p) {
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  uint8_t* atom_staging = smem_raw;  // one 512-byte atom
+  const GroupTable t = build_group_table(p.offs, p.num_groups, p.M,
+                                         reinterpret_cast<int32_t*>(smem_raw + kAtomBytes));
+  if (blockIdx.x >= p.atom_ctas) {
+    zero_fill_slack(t, nullptr, p.s_col, p.K, blockIdx.x - p.atom_ctas, p.offs, p.status);
+    return;
   }
-  // ---- store ----
-  ptx::st_global_v4(p.s_col + dst + lane * 16, out);
+  const ScaleOut out{nullptr, p.s_col, p.M, p.K};
+  for (int u = 0; u < SwizzleConfig::kAtomsPerCta; ++u) {
+    const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + u;
+    if (a >= p.atoms) break;
+    int64_t k0, m0;
+    atom_corner(p, a, &k0, &m0);
+    // ---- stage ---- thread t: row t % 128, columns t / 128 and t / 128 + 2.
+    const int k = threadIdx.x % kAtomRows;
+    for (int c = threadIdx.x / kAtomRows; c < kAtomCols; c += blockDim.x / kAtomRows) {
+      atom_staging[atom_offset<unsigned>(k, c)] = plain_scale(p, k0 + k, m0 / kBlock + c);
+    }
+    __syncthreads();
+    // ---- place ----
+    store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, t, false);
+    __syncthreads();  // the staging is reused
+  }
 }
 
 }  // namespace mxq::kernels
@@ -71,16 +98,23 @@ namespace mxq::detail {
 
 void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p) {
   using namespace kernels;
-  SwizzleKernelParams k{s_col_plain, p.M,      p.K, p.offs, static_cast<int>(p.num_groups),
-                        p.s_col,     p.status, 0,   0};
-  k.atoms = (p.M / kTile) * (p.K / kAtomRows);
+  SwizzleKernelParams k{s_col_plain, p.M, p.K, p.offs, static_cast<int>(p.num_groups), p.s_col,
+                        p.status};
+  k.m_atoms = ceil_div(p.M / kBlock, kAtomCols);
+  k.atoms = k.m_atoms * ceil_div(p.K, kAtomRows);
   k.atom_ctas = ceil_div(k.atoms, SwizzleConfig::kAtomsPerCta);
-  const bool grouped = p.offs != nullptr;
-  const int64_t grid = k.atom_ctas + (grouped ? zero_fill_ctas(p.M, p.K, p.num_groups) : 0);
-  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many scale atoms for one launch: ", grid);
-  if (grid == 0) return;
-  auto kernel = grouped ? swizzle_kernel<true> : swizzle_kernel<false>;
-  kernel<<<static_cast<unsigned>(grid), SwizzleConfig::kThreads, 0, p.stream>>>(k);
+  if (p.offs == nullptr) {
+    if (k.atom_ctas == 0) return;
+    MXQ_CHECK(k.atom_ctas <= 0x7FFFFFFF, "too many scale atoms for one launch: ", k.atom_ctas);
+    swizzle_dense_kernel<<<static_cast<unsigned>(k.atom_ctas), SwizzleConfig::kThreads, 0,
+                           p.stream>>>(k);
+  } else {
+    const int64_t grid = k.atom_ctas + std::max<int64_t>(1, zero_fill_col_ctas(p.M, p.K, p.num_groups));
+    MXQ_CHECK(grid <= 0x7FFFFFFF, "too many scale atoms for one launch: ", grid);
+    const int smem = kAtomBytes + group_table_bytes(k.num_groups);
+    swizzle_kgroups_kernel<<<static_cast<unsigned>(grid), SwizzleConfig::kThreads, smem,
+                             p.stream>>>(k);
+  }
   MXQ_CHECK_CUDA(cudaGetLastError());
 }
 

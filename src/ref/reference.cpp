@@ -65,35 +65,83 @@ class ColScalePlacement {
   std::vector<int64_t> group_of_col_;  // owning group of each scale column, -1 in the tail
 };
 
-const uint16_t* bf16_ptr(const void* x) { return static_cast<const uint16_t*>(x); }
+// Where the rowwise scale S_row[m, j] lives in s_row (§5-§6): the dense blocked layout of
+// (M, K/32), or, with offs, the M-groups layout: segment h (group h, then the uncovered tail) is
+// blocked on its own from its first blocked row. `offs` must already be checked.
+class RowScalePlacement {
+ public:
+  RowScalePlacement(int64_t M, int64_t K, const int32_t* offs, int64_t num_groups)
+      : scale_cols_(K / kBlock), bytes_(s_row_shape(M, K, offs ? num_groups : 0).bytes()) {
+    if (offs == nullptr) return;
+    segment_of_block_.assign(static_cast<size_t>(M / kBlock), 0);
+    MSegment segment;
+    for (int64_t h = 0; h <= num_groups; ++h) {
+      segment = next_msegment(segment, h < num_groups ? offs[h] : M);
+      for (int64_t b = segment.row_begin / kBlock; b < (segment.row_begin + segment.rows) / kBlock;
+           ++b) {
+        segment_of_block_[static_cast<size_t>(b)] = static_cast<int64_t>(segments_.size());
+      }
+      segments_.push_back(segment);
+    }
+  }
 
-// Rowwise 1x32 (§2, §5): q_row (M, K) and blocked S_row with zero padding. With 128-multiple
-// groups the M-groups layout of s_row is the dense one (§6): grouped mode needs nothing else here.
-void rowwise(const uint16_t* x, int64_t M, int64_t K, ScaleRounding rule, uint8_t* q_row,
-             uint8_t* s_row) {
-  const int64_t scale_cols = K / kBlock;
-  zero_fill(s_row, s_row_shape(M, K).bytes());
-  parallel_for(M, [&](int64_t m_begin, int64_t m_end) {
+  int64_t bytes() const { return bytes_; }
+
+  int64_t offset(int64_t m, int64_t j) const {
+    if (segments_.empty()) return blocked_offset(m, j, scale_cols_);
+    const auto h = static_cast<size_t>(segment_of_block_[static_cast<size_t>(m / kBlock)]);
+    return segments_[h].offset(m, j, scale_cols_);
+  }
+
+ private:
+  int64_t scale_cols_;
+  int64_t bytes_;
+  std::vector<MSegment> segments_;         // M-groups mode only: G groups, then the tail
+  std::vector<int64_t> segment_of_block_;  // owning segment of each 32-row block
+};
+
+// Element i of x widened to fp32 (exact for every input type, §2).
+float element(const void* x, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBFloat16:
+      return bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
+    case DType::kFloat16:
+      return f16_to_f32(static_cast<const uint16_t*>(x)[i]);
+    case DType::kFloat32:
+      break;
+  }
+  return static_cast<const float*>(x)[i];
+}
+
+// Rowwise 1x32 (§2, §5): q_row (M, K) and S_row placed by `place`, padding and slack 0.
+void rowwise(const QuantizeParams& p, const RowScalePlacement& place) {
+  const int64_t scale_cols = p.K / kBlock;
+  zero_fill(p.s_row, place.bytes());
+  parallel_for(p.M, [&](int64_t m_begin, int64_t m_end) {
+    float v[kBlock];
     for (int64_t m = m_begin; m < m_end; ++m) {
       for (int64_t j = 0; j < scale_cols; ++j) {
-        const int64_t at = m * K + j * kBlock;
-        s_row[blocked_offset(m, j, scale_cols)] = quantize_block(x + at, 1, rule, q_row + at);
+        const int64_t at = m * p.K + j * kBlock;
+        for (int i = 0; i < kBlock; ++i) v[i] = element(p.x, p.dtype, at + i);
+        p.s_row[place.offset(m, j)] = quantize_block_f32(v, p.rounding, p.q_row + at);
       }
     }
   });
 }
 
-// Colwise 32x1 (§2, §5): q_col (K, M), row k = column k of x quantized in blocks of 32 rows. The
-// scale of block (k, i) goes to store_scale(k, i, s). Threads own disjoint ranges of blocks i.
-template <typename StoreScale>
-void colwise(const uint16_t* x, int64_t M, int64_t K, ScaleRounding rule, uint8_t* q_col,
-             const StoreScale& store_scale) {
-  parallel_for(M / kBlock, [&](int64_t i_begin, int64_t i_end) {
-    uint16_t v[kBlock];
+// Colwise 32x1 (§2, §5): q_col (K, M), row k = column k of x quantized in blocks of 32 rows; S_col
+// placed by `place` (the tail's scales are not placed), padding and slack 0. Threads own disjoint
+// ranges of blocks i.
+void colwise(const QuantizeParams& p, const ColScalePlacement& place) {
+  zero_fill(p.s_col, place.bytes());
+  parallel_for(p.M / kBlock, [&](int64_t i_begin, int64_t i_end) {
+    float v[kBlock];
     for (int64_t i = i_begin; i < i_end; ++i) {
-      for (int64_t k = 0; k < K; ++k) {
-        for (int j = 0; j < kBlock; ++j) v[j] = x[(i * kBlock + j) * K + k];  // x[32i + j, k]
-        store_scale(k, i, quantize_block(v, 1, rule, q_col + k * M + i * kBlock));
+      for (int64_t k = 0; k < p.K; ++k) {
+        for (int j = 0; j < kBlock; ++j) v[j] = element(p.x, p.dtype, (i * kBlock + j) * p.K + k);
+        const uint8_t s = quantize_block_f32(v, p.rounding, p.q_col + k * p.M + i * kBlock);
+        const int64_t at = place.offset(k, i);
+        if (at >= 0) p.s_col[at] = s;
       }
     }
   });
@@ -111,19 +159,11 @@ void write_status(int32_t* status) {
 // composed == reference is a cross-check of two placements.
 void quantize(const QuantizeParams& p) {
   detail::with_op("mxq::ref::quantize", [&] {
-    detail::validate(p, detail::kCpu);
+    detail::validate(p);
     if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M, "M");
   });
-  if (p.rowwise()) rowwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_row, p.s_row);
-  if (p.colwise()) {
-    const ColScalePlacement place(p.M, p.K, p.offs, p.num_groups);
-    zero_fill(p.s_col, place.bytes());
-    uint8_t* s_col = p.s_col;
-    colwise(bf16_ptr(p.x), p.M, p.K, p.rounding, p.q_col, [&](int64_t k, int64_t i, uint8_t s) {
-      const int64_t at = place.offset(k, i);
-      if (at >= 0) s_col[at] = s;
-    });
-  }
+  if (p.rowwise()) rowwise(p, RowScalePlacement(p.M, p.K, p.offs, p.num_groups));
+  if (p.colwise()) colwise(p, ColScalePlacement(p.M, p.K, p.offs, p.num_groups));
   write_status(p.status);
 }
 
@@ -131,7 +171,7 @@ void quantize(const QuantizeParams& p) {
 // offs, in the K-groups layout (cols are tokens). Tail tokens have no scale: they give +0.
 void dequantize(const DequantizeParams& p) {
   detail::with_op("mxq::ref::dequantize", [&] {
-    detail::validate(p, detail::kCpu);
+    detail::validate(p);
     if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.cols, "cols");
   });
   const ColScalePlacement place(p.cols, p.rows, p.offs, p.num_groups);

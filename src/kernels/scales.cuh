@@ -1,0 +1,201 @@
+// Scale stores shared by the quantize and swizzle kernels: a CTA that covers 128 rows (tokens) x
+// 128 columns stages its scales as 512-byte atoms in shared memory (atom_offset order), then one of
+// these writes them where the output layout says (docs/numerics.md §5-§6):
+//   dense blocked    the whole atom at its blocked place (one 16-byte store per lane of a warp);
+//   M-groups (s_row) and K-groups (s_col) per 32-row chunk of the tile, since with 32-aligned
+//                    groups the tile's four chunks may land in up to four atoms; the whole-atom
+//                    store still serves the tiles whose chunks land in one atom in order.
+// Padding is written by whoever owns it: the zeros staged past the edge of x give scale byte 0,
+// the chunk that ends a segment or group zeroes the rest of its atom, and the zero-fill CTAs
+// (common.cuh) the slack after the last segment or group.
+#pragma once
+
+#include "common.cuh"
+
+namespace mxq::kernels {
+
+// How the colwise scales leave a kernel.
+enum class ColScales { kNone, kPlain, kBlocked, kKGroups };
+
+// The scale outputs of one call and x's logical shape.
+struct ScaleOut {
+  uint8_t* s_row;
+  uint8_t* s_col;
+  int64_t M, K;
+};
+
+// The whole staged atom as 32 16-byte stores by one warp.
+__device__ __forceinline__ void store_atom(uint8_t* dst, const uint8_t* atom, int lane) {
+  ptx::st_global_v4(dst + lane * 16, reinterpret_cast<const uint4*>(atom)[lane]);
+}
+
+// Where one 32-row chunk of a tile's rows (M-groups), or one 32-token scale column (K-groups),
+// goes: its destination atom and its slot there (-1: not placed), and whether it ends its segment
+// or group (it then zeroes the atom's remaining slots, which are padding).
+struct ChunkPlace {
+  int64_t atom;
+  int slot;
+  bool pads;
+};
+constexpr ChunkPlace kNotPlaced{0, -1, false};
+
+// M-groups (rowwise scales): chunk c = rows [m0 + 32c, m0 + 32c + 32), scale columns of k-tile k0.
+__device__ __forceinline__ ChunkPlace m_groups_place(const GroupTable& t, int64_t m0, int c,
+                                                     int64_t k0, int64_t scale_cols) {
+  ChunkPlace place = kNotPlaced;
+  const int64_t m = m0 + int64_t(c) * kBlock;
+  if (m >= t.M) return place;
+  const int h = t.segment_of(m);
+  const int64_t row = int64_t(t.row_atom[h]) * kAtomRows + (m - t.begin(h));  // blocked row
+  place.atom = (row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) +
+                k0 / kAtomRows) *
+               kAtomBytes;
+  place.slot = static_cast<int>(row % kAtomRows / kBlock);
+  place.pads = m + kBlock == t.finish(h);
+  return place;
+}
+
+// K-groups (colwise scales): chunk c = scale column m0/32 + c, scale rows [k0, k0 + 128); the
+// uncovered tail is not placed.
+__device__ __forceinline__ ChunkPlace k_groups_place(const GroupTable& t, int64_t m0, int c,
+                                                     int64_t k0, int64_t K) {
+  ChunkPlace place = kNotPlaced;
+  const int64_t m = m0 + int64_t(c) * kBlock;
+  if (m >= t.M) return place;
+  const int h = t.segment_of(m);
+  if (h == t.G) return place;
+  const int64_t col = (m - t.begin(h)) / kBlock;  // within the group
+  const int64_t cols = (t.finish(h) - t.begin(h)) / kBlock;
+  const int64_t base = int64_t(t.col_base[h]) * round_up(K, kAtomRows);
+  place.atom = base + (k0 / kAtomRows * (round_up(cols, kAtomCols) / kAtomCols) + col / kAtomCols) *
+                          kAtomBytes;
+  place.slot = static_cast<int>(col % kAtomCols);
+  place.pads = m + kBlock == t.finish(h);
+  return place;
+}
+
+// The dense blocked layouts per chunk (the tiles of fp32 input hold 64 rows: half an atom).
+// `last` marks the last chunk of x's last tile along M: the atom's remaining slots are padding.
+__device__ __forceinline__ ChunkPlace blocked_row_place(int64_t m0, int c, int64_t k0,
+                                                        int64_t scale_cols, bool last) {
+  const int64_t row = m0 + int64_t(c) * kBlock;
+  return {(row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) + k0 / kAtomRows) *
+              kAtomBytes,
+          static_cast<int>(row % kAtomRows / kBlock), last};
+}
+__device__ __forceinline__ ChunkPlace blocked_col_place(int64_t m0, int c, int64_t k0, int64_t M,
+                                                        bool last) {
+  const int64_t col = m0 / kBlock + c;
+  const int64_t cols = M / kBlock;
+  return {(k0 / kAtomRows * (round_up(cols, kAtomCols) / kAtomCols) + col / kAtomCols) *
+              kAtomBytes,
+          static_cast<int>(col % kAtomCols), last};
+}
+
+// True when the four chunks land, in order, in one whole destination atom.
+template <typename Place>
+__device__ __forceinline__ bool whole_atom(const Place& place, int64_t* atom) {
+  const ChunkPlace first = place(0);
+  if (first.slot != 0) return false;
+  for (int c = 1; c < kAtomCols; ++c) {
+    const ChunkPlace next = place(c);
+    if (next.atom != first.atom || next.slot != c) return false;
+  }
+  *atom = first.atom;
+  return true;
+}
+
+// Per-chunk stores of kChunks staged chunks. Rowwise: tile row 32c + i sits in the staging at word
+// 4i + c (atom_offset), in its destination atom at word 4i + slot. Colwise: scale (k, c) sits at
+// atom_offset(k, c) in the staging, at the same row and slot c' in its destination atom. A chunk
+// that pads zeroes the atom's slots after its own.
+template <int kChunks, typename Place>
+__device__ __forceinline__ void store_row_chunks(uint8_t* s_row, const uint8_t* row_atom,
+                                                 const Place& place) {
+  const int tid = threadIdx.x;
+  if (tid >= kChunks * kBlock) return;
+  const int c = tid / kBlock, i = tid % kBlock;
+  const ChunkPlace p = place(c);
+  if (p.slot < 0) return;
+  auto* dst = reinterpret_cast<uint32_t*>(s_row + p.atom) + 4 * i;
+  dst[p.slot] = reinterpret_cast<const uint32_t*>(row_atom)[4 * i + c];
+  for (int s = p.slot + 1; p.pads && s < kAtomRows / kBlock; ++s) dst[s] = 0;
+}
+template <int kChunks, typename Place>
+__device__ __forceinline__ void store_col_chunks(uint8_t* s_col, const uint8_t* col_atom,
+                                                 const Place& place) {
+  const int k = threadIdx.x % kAtomRows;
+  for (int c = threadIdx.x / kAtomRows; c < kChunks; c += blockDim.x / kAtomRows) {
+    const ChunkPlace p = place(c);
+    if (p.slot < 0) continue;
+    uint8_t* dst = s_col + p.atom + atom_offset<unsigned>(k, 0);
+    dst[p.slot] = col_atom[atom_offset<unsigned>(k, c)];
+    for (int s = p.slot + 1; p.pads && s < kAtomCols; ++s) dst[s] = 0;
+  }
+}
+
+// Colwise scales of the tile whose kChunks 32-token chunks start at m0 and whose scale rows start
+// at k0; col_atom as staged ([k][chunk] for kPlain). last_m: the tile is x's last along M. Every
+// thread of the CTA calls it (the per-chunk stores use 256 threads).
+template <ColScales kCol, int kChunks>
+__device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0, int64_t k0,
+                                                 const uint8_t* col_atom, const GroupTable& t,
+                                                 bool last_m) {
+  const int tid = threadIdx.x;
+  if constexpr (kCol == ColScales::kPlain) {
+    // Row k of S_col (K, M/32): this tile's (up to) kChunks bytes. Byte stores: M/32 need not be a
+    // multiple of 4.
+    if (tid < kAtomRows && k0 + tid < out.K) {
+      uint8_t* row = out.s_col + (k0 + tid) * (out.M / kBlock) + m0 / kBlock;
+      for (int c = 0; c < kChunks && m0 + c * kBlock < out.M; ++c) {
+        row[c] = col_atom[tid * kAtomCols + c];
+      }
+    }
+  } else if constexpr (kCol == ColScales::kBlocked && kChunks == kAtomCols) {
+    if (tid < 32) {
+      store_atom(out.s_col + blocked_offset(k0, m0 / kBlock, out.M / kBlock), col_atom, tid);
+    }
+  } else if constexpr (kCol == ColScales::kBlocked) {
+    store_col_chunks<kChunks>(out.s_col, col_atom, [&](int c) {
+      return blocked_col_place(m0, c, k0, out.M, last_m && c == kChunks - 1);
+    });
+  } else if constexpr (kCol == ColScales::kKGroups) {
+    const auto place = [&](int c) { return k_groups_place(t, m0, c, k0, out.K); };
+    int64_t atom;
+    if (kChunks == kAtomCols && whole_atom(place, &atom)) {
+      if (tid < 32) store_atom(out.s_col + atom, col_atom, tid);
+    } else {
+      store_col_chunks<kChunks>(out.s_col, col_atom, place);
+    }
+  }
+}
+
+// Rowwise scales of the tile whose kChunks 32-row chunks start at m0, scale columns at k0/32:
+// blocked, or M-groups when kGrouped.
+template <bool kGrouped, int kChunks>
+__device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0, int64_t k0,
+                                                 const uint8_t* row_atom, const GroupTable& t,
+                                                 bool last_m) {
+  const int tid = threadIdx.x;
+  const int64_t scale_cols = out.K / kBlock;
+  const int last_warp = blockDim.x / 32 - 1;  // warp 0 may be storing the colwise atom
+  if constexpr (!kGrouped && kChunks == kAtomCols) {
+    if (tid / 32 == last_warp) {
+      store_atom(out.s_row + blocked_offset(m0, k0 / kBlock, scale_cols), row_atom, tid % 32);
+    }
+  } else if constexpr (!kGrouped) {
+    store_row_chunks<kChunks>(out.s_row, row_atom, [&](int c) {
+      return blocked_row_place(m0, c, k0, scale_cols, last_m && c == kChunks - 1);
+    });
+  } else {
+    const auto place = [&](int c) { return m_groups_place(t, m0, c, k0, scale_cols); };
+    int64_t atom;
+    if (kChunks == kAtomCols && whole_atom(place, &atom)) {
+      if (tid / 32 == last_warp) store_atom(out.s_row + atom, row_atom, tid % 32);
+    } else {
+      store_row_chunks<kChunks>(out.s_row, row_atom, place);
+    }
+  }
+}
+
+}  // namespace mxq::kernels

@@ -1,0 +1,401 @@
+// mxq_fuzz: random cases through every GPU path, each output byte compared with the CPU reference.
+//
+//   mxq_fuzz [--cases N] [--seed S] [--case I] [--max-dim D] [--verbose] [--16-bit] [--skip-code C]
+//
+// Case i of seed S is drawn from splitmix64(S, i) alone, so `--seed S --case I` replays exactly the
+// case a failure names. Each case picks a path (fused, rowwise only, colwise only, composed, and
+// dequantize of rowwise or K-groups colwise data), an input type (bf16, fp16, fp32), a rule
+// (RCEIL, FLOOR), a shape (M, K multiples of 32 from 32 to --max-dim, log-uniform), dense or
+// grouped (G from 1 to 256, random 32-multiple group sizes, empty groups, a tail or none), and an
+// input of random bit patterns around a per-row magnitude with special values (NaN, +-Inf, +-0,
+// subnormals, the largest finite values) planted at random positions. Outputs are poisoned with a
+// random byte first and followed by a guard band; every byte must equal the reference's and every
+// guard byte must be intact. Exit code 0 only when no case mismatched.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "mxq/mxq.h"
+
+namespace {
+
+using mxq::DType;
+using mxq::ScaleRounding;
+
+uint64_t splitmix64(uint64_t z) {
+  z += 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() { return splitmix64(state_++ * 0x2545F4914F6CDD1Dull); }
+  int64_t uniform(int64_t lo, int64_t hi) {  // inclusive
+    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  bool chance(double p) { return double(next() >> 11) * 0x1.0p-53 < p; }
+  // Log-uniform integer in [lo, hi].
+  int64_t log_uniform(int64_t lo, int64_t hi) {
+    const double u = double(next() >> 11) * 0x1.0p-53;
+    const double v = std::exp(std::log(double(lo)) + u * (std::log(double(hi) + 1) - std::log(double(lo))));
+    return std::clamp<int64_t>(static_cast<int64_t>(v), lo, hi);
+  }
+
+ private:
+  uint64_t state_;
+};
+
+#define FUZZ_CUDA(call)                                                                         \
+  do {                                                                                          \
+    const cudaError_t e_ = (call);                                                              \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "mxq_fuzz: CUDA error %s in %s\n", cudaGetErrorName(e_), #call);     \
+      std::exit(2);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+enum class Path { kFused, kRowwise, kColwise, kComposed, kDequantRow, kDequantCol };
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::kFused: return "fused";
+    case Path::kRowwise: return "rowwise";
+    case Path::kColwise: return "colwise";
+    case Path::kComposed: return "composed";
+    case Path::kDequantRow: return "dequantize-rowwise";
+    case Path::kDequantCol: return "dequantize-colwise";
+  }
+  return "?";
+}
+const char* dtype_name(DType t) {
+  return t == DType::kBFloat16 ? "bf16" : t == DType::kFloat16 ? "fp16" : "fp32";
+}
+
+struct Case {
+  uint64_t seed = 0;
+  int64_t index = 0;
+  Path path = Path::kFused;
+  DType dtype = DType::kBFloat16;
+  ScaleRounding rule = ScaleRounding::kRceil;
+  int64_t M = 0, K = 0;
+  std::vector<int32_t> offs;  // empty: dense
+  uint8_t poison = 0;
+
+  std::string describe() const {
+    std::string s = std::string(path_name(path)) + " " + dtype_name(dtype) + " " +
+                    mxq::to_string(rule) + " " + std::to_string(M) + "x" + std::to_string(K);
+    if (!offs.empty()) {
+      s += " G=" + std::to_string(offs.size()) + " offs=[";
+      for (size_t g = 0; g < offs.size() && g < 8; ++g) s += (g ? "," : "") + std::to_string(offs[g]);
+      s += offs.size() > 8 ? ",...]" : "]";
+    }
+    return s;
+  }
+};
+
+Case draw_case(uint64_t seed, int64_t index, int64_t max_dim, const std::vector<DType>& dtypes) {
+  Rng rng(splitmix64(seed) ^ splitmix64(uint64_t(index) + 0x51ED27ull));
+  Case c;
+  c.seed = seed;
+  c.index = index;
+  c.path = static_cast<Path>(rng.uniform(0, 5));
+  c.dtype = dtypes[size_t(rng.uniform(0, int64_t(dtypes.size()) - 1))];
+  c.rule = rng.chance(0.5) ? ScaleRounding::kRceil : ScaleRounding::kFloor;
+  c.M = 32 * rng.log_uniform(1, max_dim / 32);
+  c.K = 32 * rng.log_uniform(1, max_dim / 32);
+  c.poison = static_cast<uint8_t>(rng.next());
+  if (c.path != Path::kDequantRow && rng.chance(0.5)) {
+    const int64_t G = rng.log_uniform(1, 256);
+    const int64_t blocks = c.M / 32;
+    const int64_t covered = rng.chance(0.3) ? blocks : rng.uniform(0, blocks);
+    std::vector<int64_t> ends(static_cast<size_t>(G));
+    for (auto& e : ends) e = rng.uniform(0, covered);
+    std::sort(ends.begin(), ends.end());
+    ends.back() = covered;
+    for (int64_t e : ends) c.offs.push_back(static_cast<int32_t>(32 * e));
+  }
+  return c;
+}
+
+// Random bit patterns of the input type around a per-row exponent, with specials planted.
+std::vector<uint8_t> make_input(const Case& c, Rng& rng) {
+  const int bits = c.dtype == DType::kFloat32 ? 32 : 16;
+  const int man_bits = c.dtype == DType::kFloat32 ? 23 : c.dtype == DType::kBFloat16 ? 7 : 10;
+  const int exp_max = c.dtype == DType::kFloat16 ? 31 : 255;
+  const int bias = c.dtype == DType::kFloat16 ? 15 : 127;
+  const int64_t n = c.M * c.K;
+  std::vector<uint8_t> x(static_cast<size_t>(n * bits / 8));
+  const uint32_t inf = uint32_t(exp_max) << man_bits;
+  const uint32_t man_mask = (1u << man_bits) - 1;
+  const uint32_t specials[] = {inf | 1,        inf | man_mask, inf,           0, 1,
+                               man_mask,       1u << man_bits, inf - 1,       inf - 1 - man_mask,
+                               uint32_t(bias + 8) << man_bits};  // NaNs, Inf, 0, subnormals, max, 256
+  int row_exp = bias;
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % c.K == 0) row_exp = static_cast<int>(rng.uniform(1, exp_max - 1));
+    const uint64_t r = rng.next();
+    uint32_t v;
+    if ((r & 0x3FF) == 0) {
+      v = specials[(r >> 10) % (sizeof specials / sizeof specials[0])];
+    } else {
+      const int e = std::clamp<int>(row_exp + static_cast<int>((r >> 10) % 9) - 6, 0, exp_max - 1);
+      v = (uint32_t(e) << man_bits) | (uint32_t(r >> 20) & man_mask);
+    }
+    v |= uint32_t((r >> 63) & 1) << (bits - 1);
+    if (bits == 32) {
+      std::memcpy(&x[size_t(i) * 4], &v, 4);
+    } else {
+      const uint16_t h = static_cast<uint16_t>(v);
+      std::memcpy(&x[size_t(i) * 2], &h, 2);
+    }
+  }
+  return x;
+}
+
+// A device arena: one allocation, carved per case; every buffer is followed by a guard band.
+class Arena {
+ public:
+  static constexpr size_t kGuard = 256;
+  explicit Arena(size_t bytes) : bytes_(bytes) { FUZZ_CUDA(cudaMalloc(&base_, bytes)); }
+  ~Arena() { cudaFree(base_); }
+  void reset() { used_ = 0; }
+  uint8_t* take(size_t bytes) {
+    const size_t at = (used_ + 255) / 256 * 256;
+    if (at + bytes + kGuard > bytes_) {
+      std::fprintf(stderr, "mxq_fuzz: arena too small\n");
+      std::exit(2);
+    }
+    used_ = at + bytes + kGuard;
+    return static_cast<uint8_t*>(base_) + at;
+  }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  size_t used_ = 0;
+};
+
+// One output on the device: poisoned payload, guard band after it.
+struct Out {
+  std::string name;
+  uint8_t* device = nullptr;
+  size_t bytes = 0;
+  std::vector<uint8_t> want;
+};
+
+constexpr uint8_t kGuardByte = 0x5C;
+
+Out make_out(Arena& arena, const char* name, size_t bytes, uint8_t poison) {
+  Out o{name, arena.take(bytes), bytes, std::vector<uint8_t>(bytes)};
+  FUZZ_CUDA(cudaMemset(o.device, poison, bytes));
+  FUZZ_CUDA(cudaMemset(o.device + bytes, kGuardByte, Arena::kGuard));
+  return o;
+}
+
+uint8_t* upload(Arena& arena, const void* host, size_t bytes) {
+  uint8_t* d = arena.take(bytes);
+  if (bytes > 0) FUZZ_CUDA(cudaMemcpy(d, host, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Compares one output; prints the first difference.
+bool check(const Case& c, const Out& o) {
+  std::vector<uint8_t> got(o.bytes + Arena::kGuard);
+  FUZZ_CUDA(cudaMemcpy(got.data(), o.device, got.size(), cudaMemcpyDeviceToHost));
+  int64_t mismatches = 0, first = -1;
+  for (size_t i = 0; i < o.bytes; ++i) {
+    if (got[i] != o.want[i] && mismatches++ == 0) first = int64_t(i);
+  }
+  int64_t guard = 0;
+  for (size_t i = o.bytes; i < got.size(); ++i) guard += got[i] != kGuardByte;
+  if (mismatches == 0 && guard == 0) return true;
+  std::printf("MISMATCH case %lld (--seed %llu --case %lld): %s: %s: %lld bytes differ",
+              (long long)c.index, (unsigned long long)c.seed, (long long)c.index, c.describe().c_str(),
+              o.name.c_str(), (long long)mismatches);
+  if (first >= 0) {
+    std::printf(", first at byte %lld: got 0x%02X, want 0x%02X", (long long)first, got[size_t(first)],
+                o.want[size_t(first)]);
+  }
+  if (guard) std::printf(", %lld guard bytes overwritten", (long long)guard);
+  std::printf("\n");
+  return false;
+}
+
+// Runs one case; returns true when every byte matched.
+bool run_case(const Case& c, Arena& arena, bool verbose) {
+  arena.reset();
+  Rng rng(splitmix64(c.seed * 31 + uint64_t(c.index)));
+  const std::vector<uint8_t> x = make_input(c, rng);
+  const int64_t G = int64_t(c.offs.size());
+  const bool grouped = G > 0;
+  const int32_t* offs_host = grouped ? c.offs.data() : nullptr;
+  int32_t* offs_dev = grouped ? reinterpret_cast<int32_t*>(
+                                    upload(arena, c.offs.data(), c.offs.size() * sizeof(int32_t)))
+                              : nullptr;
+  const bool dequant = c.path == Path::kDequantRow || c.path == Path::kDequantCol;
+  const bool row = c.path != Path::kColwise && c.path != Path::kDequantCol;
+  const bool col = c.path != Path::kRowwise && c.path != Path::kDequantRow;
+
+  // The reference of the quantization (all requested axes), on the host.
+  mxq::QuantizeParams ref;
+  ref.x = x.data();
+  ref.dtype = c.dtype;
+  ref.M = c.M;
+  ref.K = c.K;
+  ref.rounding = c.rule;
+  ref.offs = offs_host;
+  ref.num_groups = G;
+  std::vector<uint8_t> q_row, s_row, q_col, s_col;
+  if (row) {
+    q_row.resize(size_t(mxq::q_row_shape(c.M, c.K).bytes()));
+    s_row.resize(size_t(mxq::s_row_shape(c.M, c.K, G).bytes()));
+    ref.q_row = q_row.data();
+    ref.s_row = s_row.data();
+  }
+  if (col) {
+    q_col.resize(size_t(mxq::q_col_shape(c.M, c.K).bytes()));
+    s_col.resize(size_t(mxq::s_col_shape(c.M, c.K, G).bytes()));
+    ref.q_col = q_col.data();
+    ref.s_col = s_col.data();
+  }
+  mxq::ref::quantize(ref);
+
+  std::vector<Out> outs;
+  if (!dequant) {
+    mxq::QuantizeParams p = ref;
+    p.x = upload(arena, x.data(), x.size());
+    p.offs = offs_dev;
+    int32_t* status = nullptr;
+    if (row) {
+      outs.push_back(make_out(arena, "q_row", q_row.size(), c.poison));
+      outs.back().want = q_row;
+      p.q_row = outs.back().device;
+      outs.push_back(make_out(arena, "s_row", s_row.size(), c.poison));
+      outs.back().want = s_row;
+      p.s_row = outs.back().device;
+    }
+    if (col) {
+      outs.push_back(make_out(arena, "q_col", q_col.size(), c.poison));
+      outs.back().want = q_col;
+      p.q_col = outs.back().device;
+      outs.push_back(make_out(arena, "s_col", s_col.size(), c.poison));
+      outs.back().want = s_col;
+      p.s_col = outs.back().device;
+    }
+    if (grouped) {
+      outs.push_back(make_out(arena, "status", sizeof(int32_t), c.poison));
+      outs.back().want.assign(sizeof(int32_t), 0);
+      status = reinterpret_cast<int32_t*>(outs.back().device);
+      p.status = status;
+    }
+    try {
+      if (c.path == Path::kComposed) {
+        uint8_t* ws = arena.take(size_t(mxq::composed_workspace_bytes(c.M, c.K)));
+        mxq::quantize_composed(p, ws);
+      } else {
+        mxq::quantize(p);
+      }
+    } catch (const mxq::Error& e) {
+      std::printf("MISMATCH case %lld (--seed %llu --case %lld): %s: threw: %s\n", (long long)c.index,
+                  (unsigned long long)c.seed, (long long)c.index, c.describe().c_str(), e.what());
+      return false;
+    }
+  } else {
+    // Dequantize the reference's data and scales on both sides.
+    const bool rowwise = c.path == Path::kDequantRow;
+    mxq::DequantizeParams d;
+    d.q = upload(arena, rowwise ? q_row.data() : q_col.data(), rowwise ? q_row.size() : q_col.size());
+    d.scales = upload(arena, rowwise ? s_row.data() : s_col.data(), rowwise ? s_row.size() : s_col.size());
+    d.rows = rowwise ? c.M : c.K;
+    d.cols = rowwise ? c.K : c.M;
+    d.offs = rowwise ? nullptr : offs_dev;
+    d.num_groups = rowwise ? 0 : G;
+    std::vector<uint8_t> want(size_t(d.rows * d.cols * 2));
+    mxq::DequantizeParams h = d;
+    h.q = rowwise ? q_row.data() : q_col.data();
+    h.scales = rowwise ? s_row.data() : s_col.data();
+    h.offs = rowwise ? nullptr : offs_host;
+    h.out = want.data();
+    mxq::ref::dequantize(h);
+    outs.push_back(make_out(arena, "out", want.size(), c.poison));
+    outs.back().want = want;
+    d.out = outs.back().device;
+    mxq::dequantize(d);
+  }
+  FUZZ_CUDA(cudaDeviceSynchronize());
+  bool ok = true;
+  for (const Out& o : outs) ok = check(c, o) && ok;
+  if (verbose) std::printf("case %lld: %s: %s\n", (long long)c.index, c.describe().c_str(), ok ? "ok" : "MISMATCH");
+  return ok;
+}
+
+int64_t arg_int(int argc, char** argv, const char* name, int64_t fallback) {
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return std::strtoll(argv[i + 1], nullptr, 10);
+  }
+  return fallback;
+}
+bool arg_flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], name) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (arg_flag(argc, argv, "--help")) {
+    std::printf("usage: mxq_fuzz [--cases N] [--seed S] [--case I] [--max-dim D] [--verbose] [--16-bit]\n");
+    return 0;
+  }
+  const int64_t cases = arg_int(argc, argv, "--cases", 10000);
+  const uint64_t seed = static_cast<uint64_t>(arg_int(argc, argv, "--seed", 1));
+  const int64_t only = arg_int(argc, argv, "--case", -1);
+  const int64_t max_dim = arg_int(argc, argv, "--max-dim", 8192);
+  const bool verbose = arg_flag(argc, argv, "--verbose");
+  std::vector<DType> dtypes = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
+  if (arg_flag(argc, argv, "--16-bit")) dtypes.pop_back();  // the 16-bit inputs only
+  if (max_dim < 32 || max_dim % 32 != 0) {
+    std::fprintf(stderr, "mxq_fuzz: --max-dim must be a positive multiple of 32, got %lld\n", (long long)max_dim);
+    return 2;
+  }
+  if (!mxq::gpu_available()) {
+    std::printf("mxq_fuzz: skipped: no usable GPU (%s)\n", mxq::build_info().c_str());
+    return static_cast<int>(arg_int(argc, argv, "--skip-code", 0));
+  }
+  // x at fp32 plus every output and its copy, for the largest shape.
+  Arena arena(size_t(max_dim) * size_t(max_dim) * 16 + (size_t(64) << 20));
+  const auto start = std::chrono::steady_clock::now();
+  int64_t failed = 0, ran = 0;
+  int64_t per_path[6] = {0, 0, 0, 0, 0, 0};
+  for (int64_t i = only >= 0 ? only : 0; i < (only >= 0 ? only + 1 : cases); ++i) {
+    const Case c = draw_case(seed, i, max_dim, dtypes);
+    failed += run_case(c, arena, verbose || only >= 0) ? 0 : 1;
+    ++per_path[int(c.path)];
+    ++ran;
+    if (ran % 1000 == 0) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::fprintf(stderr, "mxq_fuzz: %lld/%lld cases, %lld mismatched, %.0f s\n", (long long)ran,
+                   (long long)cases, (long long)failed, s);
+    }
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("mxq_fuzz: seed %llu: %lld cases (fused %lld, rowwise %lld, colwise %lld, composed %lld, "
+              "dequantize %lld + %lld) in %.1f s\n",
+              (unsigned long long)seed, (long long)ran, (long long)per_path[0], (long long)per_path[1],
+              (long long)per_path[2], (long long)per_path[3], (long long)per_path[4],
+              (long long)per_path[5], s);
+  std::printf("%lld passed, %lld failed\n", (long long)(ran - failed), (long long)failed);
+  return failed == 0 ? 0 : 1;
+}
