@@ -6,7 +6,8 @@
 //   quantize_rowwise(x)     -> (q_row, s_row)                 mxq::quantize, colwise pair null
 //   quantize_colwise(x)     -> (q_col, s_col)                 mxq::quantize, rowwise pair null
 //   quantize_composed(x)    -> (q_row, s_row, q_col, s_col)   mxq::quantize_composed (baseline)
-//   dequantize(q, scales, offs) -> bf16 (rows, cols)
+//   dequantize(q, scales, offs, layout) -> bf16 (rows, cols); layout "blocked", "m_groups" (q_row
+//                              with grouped s_row) or "k_groups" (q_col.t() with grouped s_col)
 //   validate_offs(offs, M)  -> ()                            synchronizing offs checker
 // Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs).
 //
@@ -235,8 +236,20 @@ Quant2 quantize_colwise(const Tensor& x, int64_t block_size, c10::string_view sc
 // ---- dequantize ----
 
 template <bool kMeta>
-Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs) {
+Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
+                  c10::string_view layout_name) {
   constexpr const char* op = "mxq.dequantize";
+  const ScaleLayout layout = layout_name == "blocked"    ? ScaleLayout::kBlocked
+                             : layout_name == "m_groups" ? ScaleLayout::kMGroups
+                                                         : ScaleLayout::kKGroups;
+  TORCH_CHECK_VALUE(
+      layout_name == "blocked" || layout_name == "m_groups" || layout_name == "k_groups", op,
+      ": layout must be \"blocked\", \"m_groups\" or \"k_groups\", got \"", layout_name, "\"");
+  TORCH_CHECK_VALUE((layout == ScaleLayout::kBlocked) == !offs.has_value(), op,
+                    layout == ScaleLayout::kBlocked
+                        ? ": the blocked layout takes no offs (pass layout=\"m_groups\" for "
+                          "rowwise data or \"k_groups\" for colwise data)"
+                        : ": the grouped layouts need offs");
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat8_e4m3fn, op, ": q must be float8_e4m3fn, got ",
                    q.scalar_type());
   TORCH_CHECK_VALUE(q.dim() == 2, op, ": q must be 2-D (rows, cols), got a ", q.dim(),
@@ -252,16 +265,18 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs) 
   TORCH_CHECK_VALUE(scales.device() == q.device(), op, ": scales must be on q's device (",
                     q.device(), "), got ", scales.device());
   check_offs(op, offs, q, "q");
-  // The scales of q's (rows, cols/32) blocks: blocked, or the K-groups allocation (cols are
-  // tokens) — the same formula as s_col_shape, with (M, K) = (cols, rows).
+  // The scales of q's (rows, cols/32) blocks: blocked, the M-groups allocation of s_row (rows are
+  // tokens: (M, K) = (rows, cols)) or the K-groups allocation of s_col ((M, K) = (cols, rows)).
   const SymInt rows = q.sym_size(0), cols = q.sym_size(1);
   const bool grouped = offs.has_value();
-  const auto want = s_col_shape(cols, rows, grouped ? offs->sym_size(0) : SymInt(0), grouped);
+  const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
+  const auto want = layout == ScaleLayout::kMGroups ? s_row_shape(rows, cols, G, true)
+                                                     : s_col_shape(cols, rows, G, grouped);
   const c10::SymBool shape_ok =
       scales.sym_size(0).sym_eq(want.rows).sym_and(scales.sym_size(1).sym_eq(want.cols));
   TORCH_CHECK_VALUE(shape_ok.expect_true(__FILE__, __LINE__), op, ": scales must have shape [",
                     want.rows, ", ", want.cols, "] for q of shape ", q.sym_sizes(),
-                    grouped ? " (K-groups layout)" : " (blocked layout)", ", got ",
+                    " (", layout_name, " layout), got ",
                     scales.sym_sizes());
   Tensor out = at::empty_symint({rows, cols}, q.options().dtype(at::kBFloat16));
   if (kMeta) return out;
@@ -271,6 +286,7 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs) 
   p.scales = static_cast<const uint8_t*>(scales.const_data_ptr());
   p.rows = q.size(0);
   p.cols = q.size(1);
+  p.layout = layout;
   p.offs = offs_ptr(offs);
   p.num_groups = grouped ? offs->size(0) : 0;
   p.out = out.data_ptr();
@@ -316,7 +332,8 @@ TORCH_LIBRARY(mxq, m) {
         tags);
   m.def("quantize_rowwise" MXQ_QUANT_ARGS " -> (Tensor q_row, Tensor s_row)", tags);
   m.def("quantize_colwise" MXQ_QUANT_ARGS " -> (Tensor q_col, Tensor s_col)", tags);
-  m.def("dequantize(Tensor q, Tensor scales, Tensor? offs=None) -> Tensor", tags);
+  m.def("dequantize(Tensor q, Tensor scales, Tensor? offs=None, str layout=\"blocked\") -> Tensor",
+        tags);
   m.def("validate_offs(Tensor offs, int M) -> ()");
 }
 #undef MXQ_QUANT_ARGS

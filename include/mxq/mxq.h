@@ -89,16 +89,18 @@ struct QuantizeParams {
   bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
 
-// ---- dequantize: e4m3 data (rows, cols) + blocked scales of (rows, cols/32) -> bf16 ----
-// Rowwise: q_row (M, K) with s_row. Colwise: q_col (K, M) with s_col; pass offs for the K-groups
-// layout (cols are tokens; tokens past the last group give +0). out = bf16(e4m3(q) * 2^(s-127)),
-// the fp32 product rounded once; s = 255 gives NaN.
+// ---- dequantize: e4m3 data (rows, cols) + scales of its (rows, cols/32) blocks -> bf16 ----
+// Rowwise: q_row (M, K) with s_row: blocked, or kMGroups with offs (rows are tokens). Colwise:
+// q_col (K, M) with s_col: blocked, or kKGroups with offs (cols are tokens; tail tokens give +0).
+// out = bf16(e4m3(q) * 2^(s-127)), the fp32 product rounded once; s = 255 gives NaN.
+enum class ScaleLayout : int32_t { kBlocked = 0, kMGroups = 1, kKGroups = 2 };
 struct DequantizeParams {
   const uint8_t* q = nullptr;
   const uint8_t* scales = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
-  const int32_t* offs = nullptr;  // optional: scales in the K-groups layout
+  ScaleLayout layout = ScaleLayout::kBlocked;
+  const int32_t* offs = nullptr;  // the grouped layouts: G cumulative end offsets along the tokens
   int64_t num_groups = 0;
   void* out = nullptr;        // bf16 (rows, cols)
   int32_t* status = nullptr;  // optional with offs
@@ -106,7 +108,7 @@ struct DequantizeParams {
 };
 
 // ---- expert weights: W (G, N, K) -> per expert, rowwise along K and colwise along N ----
-// (docs/numerics.md §12.) G = 1 is a dense Linear's (N, K) weight. N and K multiples of 32.
+// (docs/numerics.md §11.) G = 1 is a dense Linear's (N, K) weight. N and K multiples of 32.
 enum class WeightScaling : int32_t {
   k1x32 = 0,   // each axis its own 32-element blocks (two scale sets, two byte sets)
   k32x32 = 1,  // one scale per 32x32 tile: q_col is exactly the per-expert transpose of q_row
@@ -124,7 +126,13 @@ struct QuantizeWeightParams {
   uint8_t* q_col = nullptr;       // (G, K, N) e4m3
   uint8_t* s_col = nullptr;       // weight_s_col_shape(G, N, K)
   cudaStream_t stream = nullptr;  // a null data/scale pair skips that axis, as in QuantizeParams
+
+  bool rowwise() const { return q_row != nullptr || s_row != nullptr; }
+  bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
+// Parses the exact strings "1x32" and "32x32"; anything else throws (no silent fallback).
+WeightScaling parse_weight_scaling(const std::string& name);
+const char* to_string(WeightScaling scaling);
 
 // ---- GPU entry points (throw Error::Kind::kUnsupported without CUDA or device code) ----
 // The fused kernel: one read of x, the requested axes.

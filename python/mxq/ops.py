@@ -83,21 +83,24 @@ def quantize(
     raise ValueError(f'mxq.quantize: backend must be "fused" or "composed", got {backend!r}')
 
 
-def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None) -> Tensor:
-    """bf16 (rows, cols) from contiguous e4m3 ``q`` (rows, cols) and the blocked scales of its (rows, cols/32)
-    blocks along cols; with ``offs`` the scales are in the K-groups layout (cols are tokens, tail tokens give 0).
-    Each element is bf16(e4m3(q) * 2^(s - 127)), the fp32 product rounded once; scale 255 gives NaN."""
-    return _dequantize(q, scales, offs)
+def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None, *, layout: str = "blocked") -> Tensor:
+    """bf16 (rows, cols) from contiguous e4m3 ``q`` (rows, cols) and the scales of its (rows, cols/32) blocks.
+
+    ``layout``: ``"blocked"`` (no offs), ``"m_groups"`` (rowwise data of grouped mode: rows are tokens, scales as
+    s_row) or ``"k_groups"`` (colwise data, q_col.t(): cols are tokens, scales as s_col; tail tokens give 0). Each
+    element is bf16(e4m3(q) * 2^(s - 127)), the fp32 product rounded once; scale 255 gives NaN."""
+    return _dequantize(q, scales, offs, layout)
 
 
-def dequantize_rowwise(q_row: Tensor, s_row: Tensor) -> Tensor:
-    """The bf16 (M, K) tensor that (q_row, s_row) encode."""
-    return _dequantize(q_row, s_row, None)
+def dequantize_rowwise(q_row: Tensor, s_row: Tensor, offs: Tensor | None = None) -> Tensor:
+    """The bf16 (M, K) tensor that (q_row, s_row) encode; pass the quantization's ``offs`` for grouped s_row."""
+    return _dequantize(q_row, s_row, offs, "blocked" if offs is None else "m_groups")
 
 
 def dequantize_colwise(q_col: Tensor, s_col: Tensor, offs: Tensor | None = None) -> Tensor:
-    """The bf16 (M, K) tensor that (q_col, s_col) encode, as a (1, M)-strided view like q_col."""
-    return _dequantize(q_col.t(), s_col, offs).t()
+    """The bf16 (M, K) tensor that (q_col, s_col) encode, as a (1, M)-strided view like q_col; pass the
+    quantization's ``offs`` for grouped s_col (tail tokens give 0)."""
+    return _dequantize(q_col.t(), s_col, offs, "blocked" if offs is None else "k_groups").t()
 
 
 def validate_offs(offs: Tensor, M: int) -> None:

@@ -231,17 +231,36 @@ def quantize(
     return q_row.view(e4m3), s_row.view(e8m0), q_col, s_col.view(e8m0)
 
 
-def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None) -> Tensor:
-    """bf16 (rows, cols) = bf16(fp32(e4m3 q) * 2^(s-127)) with s from the blocked (or, with offs, K-groups) scales
-    of the (rows, cols/32) blocks; with offs, tokens in the uncovered tail give +0."""
+def from_mgroups(B: Tensor, offs, M: int, C: int) -> Tensor:
+    """Inverse of :func:`to_mgroups`: the plain S_row (M, C) held in the M-groups bytes ``B``."""
+    offs = check_offs(_offs_list(offs), M)
+    blocked = B.reshape(-1, round_up(C, ATOM_COLS))
+    S = torch.zeros(M, C, dtype=B.dtype)
+    row = 0
+    for b, e in itertools.pairwise([0] + offs + [M]):
+        if e > b:
+            n = round_up(e - b, ATOM_ROWS)
+            S[b:e] = from_blocked(blocked[row : row + n], e - b, C)
+            row += n
+    return S
+
+
+def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None, layout: str = "blocked") -> Tensor:
+    """bf16 (rows, cols) = bf16(fp32(e4m3 q) * 2^(s-127)) with s the scale of q's (rows, cols/32) block, its scales
+    in the ``"blocked"``, ``"m_groups"`` (rows are tokens) or ``"k_groups"`` (cols are tokens; tokens in the
+    uncovered tail give +0) layout."""
     rows, cols = q.shape
     qf = q.detach().cpu().contiguous().view(torch.float8_e4m3fn).float()  # 0x7F/0xFF -> NaN
     sb = scales.detach().cpu().contiguous().view(torch.uint8)
-    if offs is None:
+    covered = torch.ones(cols // BLOCK, dtype=torch.bool)
+    if layout == "blocked":
         S = from_blocked(sb, rows, cols // BLOCK)
-        covered = torch.ones(cols // BLOCK, dtype=torch.bool)
-    else:
+    elif layout == "m_groups":
+        S = from_mgroups(sb, offs, rows, cols // BLOCK)
+    elif layout == "k_groups":
         S, covered = from_kgroups(sb, offs, cols, rows)
+    else:
+        raise ValueError(f"layout must be blocked, m_groups or k_groups, got {layout!r}")
     scale = e8m0_value(S).repeat_interleave(BLOCK, dim=1)
     out = (qf * scale).to(torch.bfloat16)
     return torch.where(covered.repeat_interleave(BLOCK).unsqueeze(0), out, torch.zeros((), dtype=torch.bfloat16))

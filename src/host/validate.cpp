@@ -23,6 +23,11 @@ void check_dtype(DType t) {
             "dtype must be DType::kBFloat16, kFloat16 or kFloat32, got ", static_cast<int>(t));
 }
 
+void check_scaling(WeightScaling s) {
+  MXQ_CHECK(s == WeightScaling::k1x32 || s == WeightScaling::k32x32,
+            "scaling must be WeightScaling::k1x32 or k32x32, got ", static_cast<int>(s));
+}
+
 // Every buffer is accessed with 16-byte vectors, except offs and status (4-byte words).
 void check_ptr(const void* ptr, const char* name, int align = 16) {
   MXQ_CHECK(ptr != nullptr, name, " is null");
@@ -80,9 +85,41 @@ void validate(const QuantizeParams& p) {
              s_col_shape(p.M, p.K, p.num_groups).bytes(), "q_col", "s_col");
 }
 
+bool nothing_to_write(const QuantizeWeightParams& p) { return p.N == 0 || p.K == 0; }
+
+void validate(const QuantizeWeightParams& p) {
+  MXQ_CHECK(p.G >= 1, "G must be at least 1, got ", p.G);
+  MXQ_CHECK(p.G <= kMaxDim, "G must be at most 2^31-1, got ", p.G);
+  check_dim("N", p.N);
+  check_dim("K", p.K);
+  // Offsets are int64 element counts: G*N*K (N*K < 2^62 always) stays below 2^60.
+  MXQ_CHECK(p.N == 0 || p.K == 0 || p.G <= (int64_t(1) << 60) / (p.N * p.K),
+            "G*N*K must be below 2^60 elements, got G=", p.G, ", N=", p.N, ", K=", p.K);
+  check_dtype(p.dtype);
+  check_rounding(p.rounding);
+  check_scaling(p.scaling);
+  const bool empty = nothing_to_write(p);
+  MXQ_CHECK(p.rowwise() || p.colwise() || empty,
+            "nothing to compute: set q_row and s_row (rowwise), q_col and s_col (colwise), or all "
+            "four");
+  if (!empty) check_ptr(p.w, "w");
+  const int64_t q_bytes = p.G * p.N * p.K;
+  check_pair(p.q_row, p.s_row, q_bytes, weight_s_row_shape(p.G, p.N, p.K).bytes(), "q_row",
+             "s_row");
+  check_pair(p.q_col, p.s_col, q_bytes, weight_s_col_shape(p.G, p.N, p.K).bytes(), "q_col",
+             "s_col");
+}
+
 void validate(const DequantizeParams& p) {
   check_dim("rows", p.rows);
   check_dim("cols", p.cols);
+  MXQ_CHECK(p.layout == ScaleLayout::kBlocked || p.layout == ScaleLayout::kMGroups ||
+                p.layout == ScaleLayout::kKGroups,
+            "layout must be ScaleLayout::kBlocked, kMGroups or kKGroups, got ",
+            static_cast<int>(p.layout));
+  MXQ_CHECK((p.layout == ScaleLayout::kBlocked) == (p.offs == nullptr),
+            p.layout == ScaleLayout::kBlocked ? "the blocked layout takes no offs"
+                                              : "the grouped layouts need offs");
   check_groups(p.offs, p.num_groups, p.status);
   if (p.rows == 0 || p.cols == 0) return;
   check_ptr(p.q, "q");

@@ -1,5 +1,5 @@
-// Dequantization: e4m3 data (rows, cols) with blocked scales of (rows, cols/32), or the K-groups
-// layout when offs is given (cols are tokens) -> bf16 (rows, cols): out = bf16(e4m3(q) * 2^(s-127))
+// Dequantization: e4m3 data (rows, cols) with the scales of its (rows, cols/32) blocks in the
+// blocked, M-groups (rows are tokens) or K-groups (cols are tokens) layout -> bf16 (rows, cols): out = bf16(e4m3(q) * 2^(s-127))
 // (numerics.h, dequantize_element; docs/numerics.md). Tokens past the last group have no scales and
 // dequantize to +0. Used by the emulated MXFP8 GEMM below SM100 and by round-trip tests; not on the
 // quantization hot path.
@@ -33,21 +33,29 @@ struct DequantKernelParams {
   int32_t* status;
 };
 
-template <bool kGrouped>
+template <ScaleLayout kLayout>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_kernel(const DequantKernelParams p) {
+  constexpr bool kGrouped = kLayout != ScaleLayout::kBlocked;
   extern __shared__ __align__(16) int32_t table_storage[];
   const int64_t col_tiles = ceil_div(p.cols, kTile);
   const int64_t r0 = blockIdx.x / col_tiles * kTile;
   const int64_t c0 = blockIdx.x % col_tiles * kTile;
-  // K-groups: the cols are tokens. Each 32-token chunk's scales sit in one atom slot.
-  GroupTable t{};
+  // Grouped layouts: each 32-token chunk of the tile (along cols for K-groups, along rows for
+  // M-groups) has its scales in one slot of one atom.
   __shared__ ChunkPlace chunk_place[kAtomCols];
   if constexpr (kGrouped) {
-    t = build_group_table(p.offs, p.num_groups, p.cols, table_storage);
-    if (threadIdx.x < kAtomCols) chunk_place[threadIdx.x] = k_groups_place(t, c0, threadIdx.x, r0, p.rows);
+    constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
+    const GroupTable t = build_group_table(p.offs, p.num_groups, kRowsAreTokens ? p.rows : p.cols,
+                                           table_storage);
+    if (threadIdx.x < kAtomCols) {
+      chunk_place[threadIdx.x] = kRowsAreTokens
+                                     ? m_groups_place(t, r0, threadIdx.x, c0, p.cols / kBlock)
+                                     : k_groups_place(t, c0, threadIdx.x, r0, p.rows);
+    }
     if (blockIdx.x == 0 && p.status != nullptr && threadIdx.x < 32) {
-      const int32_t bits = offs_status_warp(p.offs, p.num_groups, p.cols);
+      const int32_t bits = offs_status_warp(p.offs, p.num_groups,
+                                            kLayout == ScaleLayout::kMGroups ? p.rows : p.cols);
       if (threadIdx.x == 0) *p.status = bits;
     }
     __syncthreads();
@@ -61,10 +69,13 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     const uint4 q = ptx::ld_global_nc_v4(p.q + r * p.cols + c);
     uint8_t s = 0;
     bool placed = true;
-    if constexpr (kGrouped) {
+    if constexpr (kLayout == ScaleLayout::kKGroups) {
       const ChunkPlace place = chunk_place[(c - c0) / kBlock];
       placed = place.slot >= 0;
       if (placed) s = p.scales[place.atom + atom_offset<int64_t>(r, 0) + place.slot];
+    } else if constexpr (kLayout == ScaleLayout::kMGroups) {
+      const ChunkPlace place = chunk_place[(r - r0) / kBlock];  // every row has a segment
+      s = p.scales[place.atom + (r % kBlock) * 16 + place.slot * 4 + (c / kBlock) % kAtomCols];
     } else {
       s = p.scales[blocked_offset(r, c / kBlock, p.cols / kBlock)];
     }
@@ -98,11 +109,18 @@ void launch_dequantize(const DequantizeParams& p) {
                               p.status};
   const int64_t grid = ceil_div(p.rows, kTile) * ceil_div(p.cols, kTile);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
-  if (p.offs != nullptr) {
-    dequantize_kernel<true><<<static_cast<unsigned>(grid), DequantConfig::kThreads,
-                              group_table_bytes(k.num_groups), p.stream>>>(k);
-  } else {
-    dequantize_kernel<false><<<static_cast<unsigned>(grid), DequantConfig::kThreads, 0, p.stream>>>(k);
+  const auto ctas = static_cast<unsigned>(grid);
+  const int table = group_table_bytes(k.num_groups);
+  switch (p.layout) {
+    case ScaleLayout::kBlocked:
+      dequantize_kernel<ScaleLayout::kBlocked><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
+      break;
+    case ScaleLayout::kMGroups:
+      dequantize_kernel<ScaleLayout::kMGroups><<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
+      break;
+    case ScaleLayout::kKGroups:
+      dequantize_kernel<ScaleLayout::kKGroups><<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
+      break;
   }
   MXQ_CHECK_CUDA(cudaGetLastError());
 }

@@ -14,6 +14,7 @@
 #include "../host/offs.h"
 #include "../host/parallel.h"
 #include "../host/validate.h"
+#include "element.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"
 #include "mxq/numerics.h"
@@ -100,19 +101,6 @@ class RowScalePlacement {
   std::vector<int64_t> segment_of_block_;  // owning segment of each 32-row block
 };
 
-// Element i of x widened to fp32 (exact for every input type, §2).
-float element(const void* x, DType t, int64_t i) {
-  switch (t) {
-    case DType::kBFloat16:
-      return bf16_to_f32(static_cast<const uint16_t*>(x)[i]);
-    case DType::kFloat16:
-      return f16_to_f32(static_cast<const uint16_t*>(x)[i]);
-    case DType::kFloat32:
-      break;
-  }
-  return static_cast<const float*>(x)[i];
-}
-
 // Rowwise 1x32 (§2, §5): q_row (M, K) and S_row placed by `place`, padding and slack 0.
 void rowwise(const QuantizeParams& p, const RowScalePlacement& place) {
   const int64_t scale_cols = p.K / kBlock;
@@ -167,19 +155,25 @@ void quantize(const QuantizeParams& p) {
   write_status(p.status);
 }
 
-// §8: out[r, c] = bf16(e4m3(q[r, c]) * 2^(S[r, c/32] - 127)), S blocked (rows, cols/32) or, with
-// offs, in the K-groups layout (cols are tokens). Tail tokens have no scale: they give +0.
+// §8: out[r, c] = bf16(e4m3(q[r, c]) * 2^(S[r, c/32] - 127)), S (rows, cols/32) blocked, M-groups
+// (rows are tokens) or K-groups (cols are tokens). K-groups tail tokens have no scale: they give +0.
 void dequantize(const DequantizeParams& p) {
+  const bool m_groups = p.layout == ScaleLayout::kMGroups;
   detail::with_op("mxq::ref::dequantize", [&] {
     detail::validate(p);
-    if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.cols, "cols");
+    if (p.offs != nullptr) {
+      detail::check_host_offs(p.offs, p.num_groups, m_groups ? p.rows : p.cols,
+                              m_groups ? "rows" : "cols");
+    }
   });
-  const ColScalePlacement place(p.cols, p.rows, p.offs, p.num_groups);
+  const bool k_groups = p.layout == ScaleLayout::kKGroups;
+  const RowScalePlacement rows(p.rows, p.cols, m_groups ? p.offs : nullptr, p.num_groups);
+  const ColScalePlacement cols(p.cols, p.rows, k_groups ? p.offs : nullptr, p.num_groups);
   auto* out = static_cast<uint16_t*>(p.out);
   parallel_for(p.rows, [&](int64_t r_begin, int64_t r_end) {
     for (int64_t r = r_begin; r < r_end; ++r) {
       for (int64_t c = 0; c < p.cols; ++c) {
-        const int64_t at = place.offset(r, c / kBlock);
+        const int64_t at = k_groups ? cols.offset(r, c / kBlock) : rows.offset(r, c / kBlock);
         out[r * p.cols + c] = at < 0 ? 0 : dequantize_element(p.q[r * p.cols + c], p.scales[at]);
       }
     }

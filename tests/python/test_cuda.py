@@ -130,12 +130,14 @@ def test_dequantize_matches_references(grouped):
     x = random_bf16(M, K, seed=4, specials=True)
     offs = make_offs(M, 4, seed=4) if grouped else None
     q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
-    for q, s, o, n in ((q_row, s_row, None, "rowwise"), (q_col.t(), s_col, offs, "colwise")):
-        gpu = mxq.dequantize(q.cuda(), s.cuda(), None if o is None else o.cuda())
+    layouts = ("m_groups", "k_groups") if grouped else ("blocked", "blocked")
+    o_cuda = None if offs is None else offs.cuda()
+    for q, s, layout, n in ((q_row, s_row, layouts[0], "rowwise"), (q_col.t(), s_col, layouts[1], "colwise")):
+        gpu = mxq.dequantize(q.cuda(), s.cuda(), o_cuda, layout=layout)
         assert gpu.is_cuda and gpu.dtype == torch.bfloat16 and gpu.shape == q.shape
         # NaN payloads are not part of the contract (the GPU's fp32 NaN is canonical, the CPU keeps a payload).
-        _assert_bf16_equal_nan_canonical(gpu, mxq.dequantize(q, s, o), f"{n}/cuda-vs-cpu")
-        _assert_bf16_equal_nan_canonical(gpu, T.dequantize(q, s, o), f"{n}/cuda-vs-pure-torch")
+        _assert_bf16_equal_nan_canonical(gpu, mxq.dequantize(q, s, offs, layout=layout), f"{n}/cuda-vs-cpu")
+        _assert_bf16_equal_nan_canonical(gpu, T.dequantize(q, s, offs, layout), f"{n}/cuda-vs-pure-torch")
 
 
 # ---- every byte written (docs/numerics.md §7): outputs land in poisoned cache blocks ----
@@ -169,8 +171,9 @@ def _all_ops(x, offs):
     c = torch.ops.mxq.quantize_composed(x, 32, "rceil", offs)
     r = torch.ops.mxq.quantize_rowwise(x, 32, "rceil", offs)
     k = torch.ops.mxq.quantize_colwise(x, 32, "rceil", offs)
-    d_row = torch.ops.mxq.dequantize(q[0], q[1])
-    d_col = torch.ops.mxq.dequantize(q[2].t(), q[3], offs)
+    grouped = offs is not None
+    d_row = torch.ops.mxq.dequantize(q[0], q[1], offs, "m_groups" if grouped else "blocked")
+    d_col = torch.ops.mxq.dequantize(q[2].t(), q[3], offs, "k_groups" if grouped else "blocked")
     return q, c, r, k, d_row, d_col
 
 
@@ -181,8 +184,13 @@ def _check_all_ops(results, x_cpu, offs_cpu, label):
     assert_outputs_equal(c, ref, DUAL, f"{label}/composed/")
     assert_outputs_equal(r, ref[:2], DUAL[:2], f"{label}/1x32/")
     assert_outputs_equal(k, ref[2:], DUAL[2:], f"{label}/32x1/")
-    _assert_bf16_equal_nan_canonical(d_row, T.dequantize(ref[0], ref[1]), f"{label}/dequantize rowwise")
-    _assert_bf16_equal_nan_canonical(d_col, T.dequantize(ref[2].t(), ref[3], offs_cpu), f"{label}/dequantize colwise")
+    row_layout, col_layout = ("m_groups", "k_groups") if offs_cpu is not None else ("blocked", "blocked")
+    _assert_bf16_equal_nan_canonical(
+        d_row, T.dequantize(ref[0], ref[1], offs_cpu, row_layout), f"{label}/dequantize rowwise"
+    )
+    _assert_bf16_equal_nan_canonical(
+        d_col, T.dequantize(ref[2].t(), ref[3], offs_cpu, col_layout), f"{label}/dequantize colwise"
+    )
 
 
 def test_no_host_synchronization():

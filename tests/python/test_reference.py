@@ -226,10 +226,11 @@ def test_dequantize_cpu_matches_pure_torch(grouped):
     x = random_bf16(M, K, seed=3, specials=True)
     offs = make_offs(M, 4, seed=1) if grouped else None
     q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
-    for q, s, o, n in ((q_row, s_row, None, "rowwise"), (q_col.t(), s_col, offs, "colwise")):
-        d = mxq.dequantize(q, s, o)
+    grouped_layouts = ("m_groups", "k_groups") if grouped else ("blocked", "blocked")
+    for q, s, layout, n in ((q_row, s_row, grouped_layouts[0], "rowwise"), (q_col.t(), s_col, grouped_layouts[1], "colwise")):
+        d = mxq.dequantize(q, s, offs, layout=layout)
         assert d.dtype == torch.bfloat16 and d.shape == q.shape
-        _assert_bf16_equal_nan_canonical(d, T.dequantize(q, s, o), n)
+        _assert_bf16_equal_nan_canonical(d, T.dequantize(q, s, offs, layout), n)
 
 
 def test_dequantize_round_trip_is_close():

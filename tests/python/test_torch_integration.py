@@ -48,8 +48,10 @@ def test_opcheck_quantize_defaults_and_kwargs(device):
 def test_opcheck_dequantize(grouped, device):
     x, offs = _inputs(device, G=4 if grouped else None)
     q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
-    torch.library.opcheck(torch.ops.mxq.dequantize, (q_row, s_row), test_utils=DEQUANT_OPCHECK_TESTS)
-    torch.library.opcheck(torch.ops.mxq.dequantize, (q_col.t(), s_col, offs), test_utils=DEQUANT_OPCHECK_TESTS)
+    row_args = (q_row, s_row, offs, "m_groups") if grouped else (q_row, s_row)
+    col_args = (q_col.t(), s_col, offs, "k_groups") if grouped else (q_col.t(), s_col)
+    torch.library.opcheck(torch.ops.mxq.dequantize, row_args, test_utils=DEQUANT_OPCHECK_TESTS)
+    torch.library.opcheck(torch.ops.mxq.dequantize, col_args, test_utils=DEQUANT_OPCHECK_TESTS)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -57,8 +59,8 @@ def test_dequantize_does_not_mutate_inputs(device):
     x, offs = _inputs(device, G=4)
     q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
     before = [t.view(torch.uint8).clone() for t in (q_row, s_row, q_col, s_col)]
-    mxq.dequantize(q_row, s_row)
-    mxq.dequantize(q_col.t(), s_col, offs)
+    mxq.dequantize(q_row, s_row, offs, layout="m_groups")
+    mxq.dequantize(q_col.t(), s_col, offs, layout="k_groups")
     for b, t in zip(before, (q_row, s_row, q_col, s_col)):
         assert torch.equal(b, t.view(torch.uint8))
 
