@@ -130,6 +130,17 @@ MXQ_HD constexpr Extent2d<Int> weight_s_col_shape(const Int& G, const Int& N, co
   return {G, blocked_shape(K, N / kBlock).bytes()};
 }
 
+// Byte offsets of expert g's rowwise scale S_row[n, j] in s_row and colwise scale S_col[k, i] in
+// s_col (each expert's region is the blocked layout of its own scale matrix).
+MXQ_HD constexpr int64_t weight_s_row_offset(int64_t g, int64_t n, int64_t j, int64_t N,
+                                             int64_t K) {
+  return g * weight_s_row_shape<int64_t>(1, N, K).cols + blocked_offset(n, j, K / kBlock);
+}
+MXQ_HD constexpr int64_t weight_s_col_offset(int64_t g, int64_t k, int64_t i, int64_t N,
+                                             int64_t K) {
+  return g * weight_s_col_shape<int64_t>(1, N, K).cols + blocked_offset(k, i, N / kBlock);
+}
+
 // ---- M-groups placement (rowwise scales of grouped mode) ----
 // Segment h — group h, or the uncovered tail for h = G — holds rows [row_begin, row_begin + rows);
 // its (rows, K/32) scales are blocked on their own from blocked row `blocked_row` (a multiple of

@@ -21,6 +21,17 @@ const char* to_string(ScaleRounding rule) {
   return rule == ScaleRounding::kFloor ? "floor" : "rceil";
 }
 
+WeightScaling parse_weight_scaling(const std::string& name) {
+  if (name == "1x32") return WeightScaling::k1x32;
+  if (name == "32x32") return WeightScaling::k32x32;
+  detail::fail(Error::Kind::kInvalidArgument,
+               "weight_scaling must be \"1x32\" or \"32x32\", got \"", name, "\"");
+}
+
+const char* to_string(WeightScaling scaling) {
+  return scaling == WeightScaling::k1x32 ? "1x32" : "32x32";
+}
+
 const char* version() { return MXQ_VERSION; }
 
 std::string describe_status(int32_t status) {
@@ -65,6 +76,15 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
               composed_workspace_bytes(p.M, p.K), " bytes)");
     detail::require_supported_device();
     detail::launch_quantize_composed(p, static_cast<uint8_t*>(workspace));
+  });
+}
+
+void quantize_weight(const QuantizeWeightParams& p) {
+  detail::with_op("mxq::quantize_weight", [&] {
+    detail::validate(p);
+    if (detail::nothing_to_write(p)) return;
+    detail::require_supported_device();
+    detail::launch_quantize_weight(p);
   });
 }
 

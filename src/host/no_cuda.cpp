@@ -15,6 +15,7 @@ void require_supported_device() { no_cuda(); }
 void launch_quantize(const QuantizeParams&) { no_cuda(); }
 void launch_quantize_composed(const QuantizeParams&, uint8_t*) { no_cuda(); }
 void launch_dequantize(const DequantizeParams&) { no_cuda(); }
+void launch_quantize_weight(const QuantizeWeightParams&) { no_cuda(); }
 
 }  // namespace detail
 

@@ -11,8 +11,11 @@ namespace mxq::detail {
 
 void validate(const QuantizeParams& p);
 void validate(const DequantizeParams& p);
+// Expert weights (docs/numerics.md §11): N and K multiples of kDimAlign, G at least 1.
+void validate(const QuantizeWeightParams& p);
 
 // True when the call has no output bytes at all (M or K is 0 and no K-groups slack to zero).
 bool nothing_to_write(const QuantizeParams& p);
+bool nothing_to_write(const QuantizeWeightParams& p);  // N or K is 0
 
 }  // namespace mxq::detail

@@ -21,11 +21,12 @@ static_assert(kTile == kAtomCols * kBlock, "a tile's 128 columns are one atom's 
 constexpr uint32_t kAbsMask2 = 0x7FFF7FFFu;
 constexpr uint32_t kNanWord = 0x7F7F7F7Fu;  // four e4m3 NaN bytes
 
-// ---- packed block math (16-bit inputs: bf16 and fp16) ----
+// ---- packed block math (bf16, fp16 and fp32 inputs) ----
 //
-// Both 16-bit types share the tile path: |v| is the sign-masked bit pattern, and for non-negative
+// Every input type shares the block math: |v| is the sign-masked bit pattern, and for non-negative
 // patterns unsigned order is value order with every NaN above Inf, so an unsigned max is the
-// NaN-propagating amax. Only widening to fp32 differs (a shift for bf16, cvt for fp16; both exact).
+// NaN-propagating amax (two 16-bit lanes per word for bf16 and fp16, one fp32 per word). Only
+// widening to fp32 differs (a shift for bf16, cvt for fp16; both exact; fp32 is already there).
 
 template <DType kIn>
 struct Widen;
@@ -40,7 +41,28 @@ struct Widen<DType::kFloat16> {
   static __device__ __forceinline__ float hi(uint32_t w) { return ptx::cvt_f32_f16(w >> 16); }
 };
 
-// Scale byte, multiplier and NaN mask of one block from its amax (16-bit pattern). NOTES: a NaN/Inf
+// One step of a running amax over words of input bits: m = max(m, |w|) lane-wise (16-bit types:
+// both halves of the word; fp32: the word). Start from m = 0; amax_fold gives block_scale's input.
+template <DType kIn>
+__device__ __forceinline__ uint32_t amax_step(uint32_t m, uint32_t w) {
+  if constexpr (kIn == DType::kFloat32) {
+    return max(m, w & 0x7FFFFFFFu);
+  } else {
+    return ptx::max_u16x2(m, w & kAbsMask2);
+  }
+}
+// The amax bit pattern of a running amax word: the larger 16-bit lane, or the fp32 word itself.
+template <DType kIn>
+__device__ __forceinline__ uint32_t amax_fold(uint32_t m) {
+  if constexpr (kIn == DType::kFloat32) {
+    return m;
+  } else {
+    return max(m & 0xFFFFu, m >> 16);
+  }
+}
+
+// Scale byte, multiplier and NaN mask of one block from its amax (the input's bit pattern, as
+// amax_fold gives it: 16-bit in the low half, or fp32). NOTES: a NaN/Inf
 // block (s = 255) is written as 0x7F bytes through `nan` (all ones) with plain bit operations:
 // a conditional here becomes a branch around the conversion, and the compiler then recomputes r
 // inside every branch (measured: +160 instructions per thread in the colwise pass).
@@ -54,7 +76,13 @@ struct BlockScale {
 };
 template <DType kIn, ScaleRounding kRule>
 __device__ __forceinline__ BlockScale block_scale(uint32_t amax_bits) {
-  const uint8_t s = e8m0_from_amax(Widen<kIn>::lo(amax_bits), kRule);
+  float amax;
+  if constexpr (kIn == DType::kFloat32) {
+    amax = __uint_as_float(amax_bits);
+  } else {
+    amax = Widen<kIn>::lo(amax_bits);
+  }
+  const uint8_t s = e8m0_from_amax(amax, kRule);
   return {s, e8m0_reciprocal(s), s == kE8m0Nan ? 0xFFFFFFFFu : 0u};
 }
 
@@ -66,6 +94,36 @@ __device__ __forceinline__ uint32_t quantize_words(uint32_t w0, uint32_t w1, flo
   const uint32_t lo = ptx::cvt_e4m3x2(mul_rn(W::hi(w0), r), mul_rn(W::lo(w0), r));
   const uint32_t hi = ptx::cvt_e4m3x2(mul_rn(W::hi(w1), r), mul_rn(W::lo(w1), r));
   return lo | (hi << 16);
+}
+// Four e4m3 bytes from four fp32 words v[0..3] (element order kept).
+__device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float r) {
+  const uint32_t lo =
+      ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[1]), r), mul_rn(__uint_as_float(v[0]), r));
+  const uint32_t hi =
+      ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[3]), r), mul_rn(__uint_as_float(v[2]), r));
+  return lo | (hi << 16);
+}
+
+// ---- data stores ----
+
+// Lanes 2i and 2i+1 each hold the 32 e4m3 bytes of one block, q[0] and q[1], and their blocks are
+// adjacent in one output row. The lanes exchange half a block so that each 16-byte store of the
+// pair completes one 32-byte sector: the even lane stores its first half and, one block on, its
+// neighbour's first half; the odd lane its neighbour's second half, then its own second half.
+// q_pair = the even lane's block + 16 * (lane is odd); the stores into the pair's first and second
+// block happen only where first / second say the block lies inside the output. Every lane of the
+// warp calls it (shuffles).
+__device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2], bool first,
+                                                 bool second) {
+  const bool odd = threadIdx.x & 1;
+  const uint4 send = odd ? q[0] : q[1];
+  uint4 recv;
+  recv.x = __shfl_xor_sync(0xFFFFFFFFu, send.x, 1);
+  recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
+  recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
+  recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
+  if (first) ptx::st_global_v4(q_pair, odd ? recv : q[0]);
+  if (second) ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
 }
 
 // ---- grouped mode: the group table ----

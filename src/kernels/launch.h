@@ -10,6 +10,7 @@ void launch_quantize(const QuantizeParams& p);
 // Rowwise kernel, colwise kernel writing plain S_col into `workspace`, swizzle kernel.
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace);
 void launch_dequantize(const DequantizeParams& p);
+void launch_quantize_weight(const QuantizeWeightParams& p);  // quantize_weight.cu
 // The composed path's third kernel: plain S_col (K, M/32) -> p.s_col (blocked, or K-groups with
 // p.offs, writing p.status).
 void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p);

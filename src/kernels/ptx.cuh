@@ -21,6 +21,19 @@ __device__ __forceinline__ uint4 ld_global_nc_v4(const void* ptr) {
   return v;
 }
 
+// The same load under a predicate: 16 zero bytes when `pred` is false (nothing is read then).
+__device__ __forceinline__ uint4 ld_global_nc_v4_if(const void* ptr, bool pred) {
+  uint4 v;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "setp.ne.b32 p, %5, 0;\n\t"
+      "mov.b32 %0, 0;\n\tmov.b32 %1, 0;\n\tmov.b32 %2, 0;\n\tmov.b32 %3, 0;\n\t"
+      "@p ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n\t}"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(ptr), "r"(int(pred)));
+  return v;
+}
+
 // st (9.7.9.10): 16- and 8-byte global stores.
 __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),
@@ -30,6 +43,16 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
 
 __device__ __forceinline__ void st_global_v2(void* ptr, uint2 v) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(ptr), "r"(v.x), "r"(v.y) : "memory");
+}
+
+// bar (9.7.13.1): named barrier kId (1..15; 0 is __syncthreads) over `threads` threads, a
+// multiple of 32 given by whole warps; orders the shared-memory accesses of the participants. The
+// id is an immediate so that ptxas reserves only the barriers a kernel names (a register id
+// reserves all 16).
+template <int kId>
+__device__ __forceinline__ void bar_sync(int threads) {
+  static_assert(kId >= 1 && kId <= 15, "named barriers 1..15 (0 is __syncthreads)");
+  asm volatile("bar.sync %0, %1;" ::"n"(kId), "r"(threads) : "memory");
 }
 
 // ldmatrix (9.7.14.5.15): four 8x8 matrices of 16-bit elements from shared memory, transposed.

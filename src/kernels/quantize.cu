@@ -44,6 +44,7 @@
 #include "common.cuh"
 #include "launch.h"
 #include "scales.cuh"
+#include "tile_key.h"
 
 namespace mxq::kernels {
 
@@ -101,40 +102,7 @@ struct TileParams {
   int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
 };
 
-// Logical chunk c (0..15) of row `row` of the staged bf16 tile is stored at physical chunk
-// c ^ tile_key(row, c / 8), a 3-bit key (bit 0: c/8 ^ row bit 5, bit 1: row bit 0, bit 2: row
-// bit 6). The bank group of a chunk is its low 3 bits, and every 8-lane phase of shared access hits
-// 8 different groups:
-//   - load: 8 consecutive chunks of one row (any XOR within the row keeps them distinct);
-//   - rowwise: chunks {i, 4+i, 8+i, 12+i} of rows r, r+1 (r even): c/8 and row bit 0 separate them;
-//   - colwise ldmatrix: one chunk of rows {R, R+1, R+32, R+33, R+64, R+65, R+96, R+97}: row bits
-//     0, 5 and 6 take all 8 values.
-// In the load and colwise phases a thread's rows differ only in bits 1-4 and its chunks share c/8,
-// so it computes its key once. (Hoisting the rowwise key too costs the rowwise-only kernel spills.)
-__device__ __forceinline__ int tile_key(int row, int half) {
-  return ((half ^ (row >> 5)) & 1) | ((row & 1) << 1) | ((row >> 4) & 4);
-}
-
 // ---- the three phases of a tile ----
-
-// Lanes 2i and 2i+1 each hold the 32 e4m3 bytes of one block, q[0] and q[1], and their blocks are
-// adjacent in one output row. The lanes exchange half a block so that each 16-byte store of the
-// pair completes one 32-byte sector: the even lane stores its first half and, one block on, its
-// neighbour's first half; the odd lane its neighbour's second half, then its own second half.
-// q_pair = the even lane's block + 16 * (lane is odd); the stores into the pair's first and second
-// block happen only where first / second say the block lies inside the output.
-__device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2], bool first,
-                                                 bool second) {
-  const bool odd = threadIdx.x & 1;
-  const uint4 send = odd ? q[0] : q[1];
-  uint4 recv;
-  recv.x = __shfl_xor_sync(0xFFFFFFFFu, send.x, 1);
-  recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
-  recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
-  recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
-  if (first) ptx::st_global_v4(q_pair, odd ? recv : q[0]);
-  if (second) ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
-}
 
 // Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
 // row (the stores into each happen where `first` / `second` say, see store_block_pair).
@@ -147,7 +115,7 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
     m2 = ptx::max_u16x2(m2, ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
                                            ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
   }
-  const BlockScale bs = block_scale<kIn, kRule>(max(m2 & 0xFFFFu, m2 >> 16));
+  const BlockScale bs = block_scale<kIn, kRule>(amax_fold<kIn>(m2));
   uint4 q[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -189,8 +157,8 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
     }
     uint32_t m2 = 0;
 #pragma unroll
-    for (int i = 0; i < kBlock / 2; ++i) m2 = ptx::max_u16x2(m2, w[i] & kAbsMask2);
-    const BlockScale bs = block_scale<kIn, kRule>(max(m2 & 0xFFFFu, m2 >> 16));
+    for (int i = 0; i < kBlock / 2; ++i) m2 = amax_step<kIn>(m2, w[i]);
+    const BlockScale bs = block_scale<kIn, kRule>(amax_fold<kIn>(m2));
     const int k = 8 * group + lane / 4;
     uint4 q[2];
 #pragma unroll
@@ -347,22 +315,18 @@ __device__ __forceinline__ int f32_chunk(int row, int c) {
 // 0x7F. amax: an unsigned max of sign-masked fp32 patterns (NaN above Inf, as for 16-bit input).
 template <ScaleRounding kRule>
 __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock], uint4 (&q)[2]) {
+  // amax_step<kFloat32>'s body, written out: the call gives the same instructions, but in another
+  // order on sm_90a (ptxas schedules the commuted max operands differently).
   uint32_t m = 0;
 #pragma unroll
   for (int i = 0; i < kBlock; ++i) m = max(m, v[i] & 0x7FFFFFFFu);
-  const uint8_t s = e8m0_from_amax(__uint_as_float(m), kRule);
-  const float r = e8m0_reciprocal(s);
-  const uint32_t nan = s == kE8m0Nan ? 0xFFFFFFFFu : 0u;
+  const BlockScale bs = block_scale<DType::kFloat32, kRule>(m);
   uint32_t* words = reinterpret_cast<uint32_t*>(q);
 #pragma unroll
   for (int w = 0; w < kBlock / 4; ++w) {
-    const uint32_t lo = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[4 * w + 1]), r),
-                                        mul_rn(__uint_as_float(v[4 * w]), r));
-    const uint32_t hi = ptx::cvt_e4m3x2(mul_rn(__uint_as_float(v[4 * w + 3]), r),
-                                        mul_rn(__uint_as_float(v[4 * w + 2]), r));
-    words[w] = ((lo | (hi << 16)) & ~nan) | (kNanWord & nan);
+    words[w] = bs.select(quantize_words_f32(v + 4 * w, bs.r));
   }
-  return s;
+  return bs.s;
 }
 
 template <bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
