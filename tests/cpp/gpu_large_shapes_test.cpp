@@ -1,10 +1,10 @@
 // GpuLargeShapes: the six benchmark shapes of docs/numerics.md, byte-exact against the CPU
 // reference. One input per shape (normal with the docs/numerics.md §4 blocks planted along rows and
 // columns), the reference computed once (dense), then compared with the fused, composed, rowwise
-// and colwise outputs, dense and in grouped mode (G = 8 with empty groups and a tail; the K-groups
-// s_col is torchao's K-groups rearrangement of the reference's plain colwise scales, test_util.h
-// to_kgroups, so no second reference pass). Costly (131072x7168 bf16 is 1.9 GB): skip with
-// --gtest_filter=-*GpuLargeShapes* (ctest: -E GpuLargeShapes).
+// and colwise outputs, dense and in grouped mode (G = 8 with empty groups and a tail; the M-groups
+// s_row and the K-groups s_col are the test_util.h rearrangements to_mgroups / to_kgroups of the
+// reference's plain scales, so no second reference pass). Costly (131072x7168 bf16 is 1.9 GB):
+// skip with --gtest_filter=-*GpuLargeShapes* (ctest: -E GpuLargeShapes).
 #include "gpu_util.h"
 
 namespace mxq::test {
@@ -21,6 +21,7 @@ TEST_P(GpuLargeShapes, AllPathsMatchReference) {
 
   const std::vector<uint16_t> x = make_large_special_input(M, K, seed);
   HostOutputs want = reference_outputs(x, M, K, {}, r);
+  std::vector<uint8_t> want_mgroups = to_mgroups(want.s_row_plain, M, K, offs);
   std::vector<uint8_t> want_kgroups = to_kgroups(want.s_col_plain, M, K, offs);
 
   Stream stream;
@@ -32,7 +33,8 @@ TEST_P(GpuLargeShapes, AllPathsMatchReference) {
                              0, "dense");
   }
   dev.set_offs(offs);
-  // q_row, s_row, q_col are those of dense mode (docs/numerics.md §6).
+  // q_row and q_col are those of dense mode (docs/numerics.md §6).
+  std::swap(want.s_row, want_mgroups);
   std::swap(want.s_col, want_kgroups);
   for (Path path : {Path::kFused, Path::kComposed, Path::kRowwise, Path::kColwise}) {
     expect_matches_reference(dev.run(path, r, kPoison, /*check_untouched=*/false), want, path, M, K,

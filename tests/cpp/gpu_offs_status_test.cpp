@@ -21,11 +21,12 @@ struct BadOffs {
   const char* name;
   std::vector<int32_t> offs;
   int32_t bits;             // the status word StatusBits prescribe (docs/numerics.md §6)
-  const char* first_entry;  // what validate_offs must name: "offs[i]=v"
+  std::string first_entry;  // what validate_offs must name: "offs[i]=v"
 };
 
 const std::vector<BadOffs>& bad_offs_cases() {
-  constexpr int32_t A = int32_t(kGroupAlign);
+  static_assert(128 % kGroupAlign == 0, "the well-formed entries below are multiples of 128");
+  constexpr int32_t A = 128;
   constexpr int32_t M = int32_t(kM);
   static const std::vector<BadOffs> cases = {
       {"decreasing", {2 * A, A, 4 * A, 6 * A}, kOffsDecreasing, "offs[1]=128"},
@@ -37,7 +38,10 @@ const std::vector<BadOffs>& bad_offs_cases() {
        {A, INT_MAX, INT_MAX, INT_MAX},
        kOffsBeyondM | kOffsMisaligned,
        "offs[1]=2147483647"},
-      {"misaligned_half", {A, A + A / 2, 3 * A, 4 * A}, kOffsMisaligned, "offs[1]=192"},
+      {"misaligned_half",
+       {A, A + kGroupAlign / 2, 3 * A, 4 * A},
+       kOffsMisaligned,
+       "offs[1]=" + std::to_string(A + kGroupAlign / 2)},
       {"misaligned_odd", {A, 2 * A + 1, 3 * A, 4 * A}, kOffsMisaligned, "offs[1]=257"},
       {"all_three",
        {200, 100, M + 2 * A, M + 2 * A},
@@ -123,6 +127,7 @@ int32_t run_grouped_op(GroupedOp op, const std::vector<int32_t>& offs, uint64_t 
     p.rows = kK;
     p.cols = kM;
     p.offs = d_offs.as<int32_t>();
+    set_colwise_dequant_layout(p);
     p.num_groups = G;
     p.out = out.data();
     p.status = status.as<int32_t>();

@@ -1,8 +1,9 @@
 // Every quantize path on the device, byte-exact against the CPU reference (issues 3 and 4):
 //   GpuOps       dense: each path x small/medium shapes x every input family x both rounding rules
-//   GpuGrouped   every path with offs (rowwise only, colwise only with the K-groups s_col, fused,
-//                composed): G = 1, 4, 8, 64, empty groups, a tail, full cover, all tail; the status
-//                word written 0, the K-groups s_col also against torchao's rearrangement
+//   GpuGrouped   every path with offs (32-aligned groups; rowwise only with the M-groups s_row,
+//                colwise only with the K-groups s_col, fused, composed): G = 1, 4, 8, 64, empty
+//                groups, a tail, full cover, all tail; the status word written 0, both grouped
+//                scale layouts also against their torchao-style rearrangements
 //   GpuTargeted  constructed inputs: RCEIL cutoff neighbours, scale boundaries, scale byte 0,
 //                Inf/NaN footprints, mixed magnitudes, the docs/numerics.md §4 table (also checked
 //                against the table itself), and a sweep of every bf16 pattern against most scales
@@ -71,6 +72,9 @@ TEST_P(GpuGrouped, MatchesReference) {
   dev.set_offs(offs);
   const HostOutputs got = dev.run(path, rounding);
   expect_matches_reference(got, want, path, shape.M, shape.K, G);
+  if (has_rowwise(path)) {
+    EXPECT_TRUE(row_scale_layout_holds(got.s_row, want.s_row_plain, shape.M, shape.K, offs));
+  }
   if (has_colwise(path)) {
     EXPECT_TRUE(col_scale_layout_holds(got.s_col, want.s_col_plain, shape.M, shape.K, offs));
   }

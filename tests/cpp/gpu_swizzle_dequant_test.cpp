@@ -4,9 +4,9 @@
 //                       on inputs whose 32x1 blocks take every scale byte; every output against the
 //                       reference and s_col also against torchao's to_blocked / K-groups
 //                       rearrangement (test_util.h, independent of layout.h)
-//   GpuDequantize       rowwise (q_row + s_row), colwise (q_col (K, M) + dense s_col, and K-groups
-//                       s_col + offs) on random e4m3 and E8M0 bytes (NaN codes and scale 255
-//                       included), and every (q, s) pair
+//   GpuDequantize       rowwise (q_row (M, K) + dense s_row, and M-groups s_row + offs), colwise
+//                       (q_col (K, M) + dense s_col, and K-groups s_col + offs) on random e4m3 and
+//                       E8M0 bytes (NaN codes and scale 255 included), and every (q, s) pair
 // Dequantize inputs are random bytes, not quantizer outputs: every code, including ones a quantizer
 // never writes.
 #include <algorithm>
@@ -113,7 +113,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, GpuComposedSwizzle,
 // GpuDequantize
 // ------------------------------------------------------------------------------------------------
 enum class DequantMode {
-  kRowwise,  // q_row (M, K) with s_row: rows = M, cols = K
+  // q_row (M, K) with s_row (dense blocked, or M-groups with offs): rows = M (tokens), cols = K
+  kRowwise,
   // q_col (K, M) with s_col (dense blocked, or K-groups with offs): rows = K, cols = M (tokens)
   kColwise,
 };
@@ -126,6 +127,7 @@ struct DequantCase {
   int64_t rows, cols;
   std::vector<uint8_t> q, scales;
   std::vector<int32_t> offs;  // empty: dense
+  ScaleLayout layout = ScaleLayout::kBlocked;
 };
 
 // Runs dequantize on the device and the reference; compares the bf16 outputs byte for byte.
@@ -138,6 +140,7 @@ void expect_dequantize_matches(const DequantCase& c, uint64_t seed) {
   p.rows = c.rows;
   p.cols = c.cols;
   p.offs = G ? c.offs.data() : nullptr;
+  p.layout = c.layout;
   p.num_groups = G;
   p.out = want.data();
   ref::dequantize(p);
@@ -185,11 +188,14 @@ TEST_P(GpuDequantize, RandomCodesMatchReference) {
   if (mode == DequantMode::kRowwise) {
     c.rows = M;
     c.cols = K;
-    c.scales = random_bytes(size_t(s_row_shape(M, K).bytes()), seed ^ 2);
+    if (grouping.G) c.offs = make_offs(M, grouping.G, grouping.fill, seed ^ 1);
+    c.layout = grouping.G ? ScaleLayout::kMGroups : ScaleLayout::kBlocked;
+    c.scales = random_bytes(size_t(s_row_shape(M, K, grouping.G).bytes()), seed ^ 2);
   } else {
     c.rows = K;
     c.cols = M;
     if (grouping.G) c.offs = make_offs(M, grouping.G, grouping.fill, seed ^ 1);
+    c.layout = grouping.G ? ScaleLayout::kKGroups : ScaleLayout::kBlocked;
     c.scales = random_bytes(size_t(s_col_shape(M, K, grouping.G).bytes()), seed ^ 2);
   }
   c.q = random_bytes(size_t(c.rows * c.cols), seed);
@@ -205,8 +211,9 @@ std::string dequant_name(const ::testing::TestParamInfo<DequantParam>& info) {
 INSTANTIATE_TEST_SUITE_P(Rowwise, GpuDequantize,
                          ::testing::Combine(::testing::Values(DequantMode::kRowwise),
                                             ::testing::Values(Shape{128, 128}, Shape{256, 512},
-                                                              Shape{1024, 384}, Shape{512, 4096}),
-                                            ::testing::Values(Grouping{0, GroupFill::kFull})),
+                                                              Shape{1024, 384}, Shape{512, 4096},
+                                                              Shape{8192, 256}),
+                                            ::testing::ValuesIn(kGroupings)),
                          dequant_name);
 INSTANTIATE_TEST_SUITE_P(Colwise, GpuDequantize,
                          ::testing::Combine(::testing::Values(DequantMode::kColwise),

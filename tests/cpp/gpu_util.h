@@ -366,9 +366,10 @@ inline void PrintTo(const Shape& s, std::ostream* os) { *os << shape_name(s); }
 // Host copies of the outputs of a run (or of the reference). A path fills only the outputs it owns.
 struct HostOutputs {
   std::vector<uint8_t> q_row, s_row, q_col, s_col;
-  // The plain colwise scales S_col (K, M/32): filled by reference_outputs only (no GPU entry point
-  // returns them), for the layout oracle col_scale_layout_holds.
-  std::vector<uint8_t> s_col_plain;
+  // The plain scales S_row (M, K/32) and S_col (K, M/32): filled by reference_outputs only (no GPU
+  // entry point returns them), for the layout oracles row_scale_layout_holds and
+  // col_scale_layout_holds.
+  std::vector<uint8_t> s_row_plain, s_col_plain;
   int32_t status = 0;
 };
 
@@ -385,31 +386,36 @@ inline std::vector<uint8_t> unblock(const std::vector<uint8_t>& blocked, int64_t
   return plain;
 }
 
-// The dense blocked colwise scales of x by a colwise-only reference call without offs.
-inline std::vector<uint8_t> reference_dense_s_col(const std::vector<uint16_t>& x, int64_t M,
-                                                  int64_t K, ScaleRounding rounding) {
-  std::vector<uint8_t> q_col(size_t(q_col_shape(M, K).bytes()));
+// The dense blocked scales {s_row, s_col} of x by a reference call without offs.
+inline std::pair<std::vector<uint8_t>, std::vector<uint8_t>> reference_dense_scales(
+    const std::vector<uint16_t>& x, int64_t M, int64_t K, ScaleRounding rounding) {
+  std::vector<uint8_t> q(size_t(q_row_shape(M, K).bytes()));
+  std::vector<uint8_t> s_row(size_t(s_row_shape(M, K).bytes()));
   std::vector<uint8_t> s_col(size_t(s_col_shape(M, K).bytes()));
   QuantizeParams p;
   p.x = x.data();
   p.M = M;
   p.K = K;
   p.rounding = rounding;
-  p.q_col = q_col.data();
+  p.q_row = q.data();
+  p.s_row = s_row.data();
+  ref::quantize(p);
+  p.q_row = p.s_row = nullptr;
+  p.q_col = q.data();
   p.s_col = s_col.data();
   ref::quantize(p);
-  return s_col;
+  return {std::move(s_row), std::move(s_col)};
 }
 
 // The CPU reference of every output: one mxq::ref::quantize call with all four outputs (and offs
-// and the status word when given), plus the plain colwise scales (read out of the dense s_col; when
-// grouped, out of a second, colwise-only dense call).
+// and the status word when given), plus the plain scales (read out of the dense s_row and s_col;
+// when grouped, out of second, dense calls).
 inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, int64_t K,
                                      const std::vector<int32_t>& offs, ScaleRounding rounding) {
   const int64_t G = int64_t(offs.size());
   HostOutputs want;
   want.q_row.resize(size_t(q_row_shape(M, K).bytes()));
-  want.s_row.resize(size_t(s_row_shape(M, K).bytes()));
+  want.s_row.resize(size_t(s_row_shape(M, K, G).bytes()));
   want.q_col.resize(size_t(q_col_shape(M, K).bytes()));
   want.s_col.resize(size_t(s_col_shape(M, K, G).bytes()));
   want.status = 0x5A5A5A5A;
@@ -431,8 +437,14 @@ inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, 
   } else {
     want.status = 0;
   }
-  want.s_col_plain =
-      unblock(G == 0 ? want.s_col : reference_dense_s_col(x, M, K, rounding), K, M / kBlock);
+  if (G == 0) {
+    want.s_row_plain = unblock(want.s_row, M, K / kBlock);
+    want.s_col_plain = unblock(want.s_col, K, M / kBlock);
+  } else {
+    const auto dense = reference_dense_scales(x, M, K, rounding);
+    want.s_row_plain = unblock(dense.first, M, K / kBlock);
+    want.s_col_plain = unblock(dense.second, K, M / kBlock);
+  }
   return want;
 }
 
@@ -452,6 +464,19 @@ inline ::testing::AssertionResult col_scale_layout_holds(const std::vector<uint8
       G ? "s_col vs torchao's K-groups rearrangement" : "s_col vs torchao's to_blocked");
 }
 
+// The same for the rowwise scales: dense blocked, or the M-groups layout (test_util.h to_mgroups:
+// each group and then the tail blocked on their own, the rest 0).
+inline ::testing::AssertionResult row_scale_layout_holds(const std::vector<uint8_t>& s_row,
+                                                         const std::vector<uint8_t>& plain,
+                                                         int64_t M, int64_t K,
+                                                         const std::vector<int32_t>& offs) {
+  const int64_t G = int64_t(offs.size());
+  const std::vector<uint8_t> want =
+      G == 0 ? to_blocked(plain, M, K / kBlock) : to_mgroups(plain, M, K, offs);
+  return same_bytes(s_row, want, s_row_shape(M, K, G).cols,
+                    G ? "s_row vs the M-groups rearrangement" : "s_row vs torchao's to_blocked");
+}
+
 // x, offs and every output of one (M, K) problem in guarded device buffers, on one stream.
 // run(path) = poison all outputs, launch, synchronize, check every guard band and that the outputs
 // the path does not own (and x and offs) are unchanged, download the outputs it owns.
@@ -463,7 +488,6 @@ class DeviceProblem {
     x_ = GuardedBuffer("x", x.size() * sizeof(uint16_t));
     x_.upload(x.data(), stream_);
     q_row_ = GuardedBuffer("q_row", size_t(q_row_shape(M, K).bytes()));
-    s_row_ = GuardedBuffer("s_row", size_t(s_row_shape(M, K).bytes()));
     q_col_ = GuardedBuffer("q_col", size_t(q_col_shape(M, K).bytes()));
     workspace_ = GuardedBuffer("workspace", size_t(composed_workspace_bytes(M, K)));
     status_ = GuardedBuffer("status", sizeof(int32_t));
@@ -475,6 +499,7 @@ class DeviceProblem {
     offs_host_ = offs;
     offs_ = GuardedBuffer("offs", offs.size() * sizeof(int32_t));
     offs_.upload(offs.data(), stream_);
+    s_row_ = GuardedBuffer("s_row", size_t(s_row_shape(M_, K_, num_groups()).bytes()));
     s_col_ = GuardedBuffer("s_col", size_t(s_col_shape(M_, K_, num_groups()).bytes()));
   }
 
@@ -612,7 +637,7 @@ inline void expect_matches_reference(const HostOutputs& got, const HostOutputs& 
   const std::string at = std::string(path_name(path)) + (label.empty() ? "" : " " + label) + " ";
   if (has_rowwise(path)) {
     EXPECT_TRUE(same_bytes(got.q_row, want.q_row, K, at + "q_row"));
-    EXPECT_TRUE(same_bytes(got.s_row, want.s_row, s_row_shape(M, K).cols, at + "s_row"));
+    EXPECT_TRUE(same_bytes(got.s_row, want.s_row, s_row_shape(M, K, G).cols, at + "s_row"));
   }
   if (has_colwise(path)) {
     EXPECT_TRUE(same_bytes(got.q_col, want.q_col, M, at + "q_col"));

@@ -83,7 +83,7 @@ struct Outputs {  // what reference calls wrote, by name; empty when not produce
     const Bytes &got, &want;
     int64_t cols;
   } fields[] = {{"q_row", a.q_row, b.q_row, p.K},
-                {"s_row", a.s_row, b.s_row, s_row_shape(p.M, p.K).cols},
+                {"s_row", a.s_row, b.s_row, s_row_shape(p.M, p.K, p.groups()).cols},
                 {"q_col", a.q_col, b.q_col, p.M},
                 {"s_col", a.s_col, b.s_col, s_col_shape(p.M, p.K, p.groups()).cols}};
   for (const auto& f : fields) {
@@ -113,7 +113,7 @@ Outputs run_quantize(const Problem& p, Axes axes, uint8_t poison = kPoison,
   params.status = status;
   if (axes != Axes::kColwise) {
     o.q_row = poisoned(q_row_shape(p.M, p.K).bytes(), poison);
-    o.s_row = poisoned(s_row_shape(p.M, p.K).bytes(), poison);
+    o.s_row = poisoned(s_row_shape(p.M, p.K, p.groups()).bytes(), poison);
     params.q_row = o.q_row.data();
     params.s_row = o.s_row.data();
   }
@@ -157,6 +157,7 @@ std::vector<uint16_t> run_dequantize(const Bytes& q, const Bytes& scales, int64_
   params.cols = cols;
   params.offs = offs ? offs->data() : nullptr;
   params.num_groups = offs ? int64_t(offs->size()) : 0;
+  set_colwise_dequant_layout(params);
   params.out = out.data();
   ref::dequantize(params);
   return out;
@@ -340,7 +341,7 @@ INSTANTIATE_TEST_SUITE_P(
              dist_name(std::get<1>(info.param)) + "_" + rule_name(std::get<2>(info.param));
     });
 
-// ---- grouped mode (§6): 128-multiple groups, empty groups, an uncovered tail ----
+// ---- grouped mode (§6): 128- and 32-aligned groups, empty groups, an uncovered tail ----
 
 struct GroupedCase {
   const char* name;
@@ -350,10 +351,10 @@ struct GroupedCase {
 void PrintTo(const GroupedCase& c, std::ostream* os) { *os << c.name; }
 
 // G sorted random 128-multiples in [0, M - 128]: empty groups when G is large, always a tail.
-std::vector<int32_t> random_offs(int64_t M, int G, uint64_t seed) {
+std::vector<int32_t> random_offs(int64_t M, int G, uint64_t seed, int64_t align = 128) {
   std::mt19937_64 rng(seed);
   std::vector<int32_t> offs(static_cast<size_t>(G));
-  for (auto& o : offs) o = int32_t(128 * int64_t(rng() % uint64_t(M / 128)));
+  for (auto& o : offs) o = int32_t(align * int64_t(rng() % uint64_t(M / align)));
   std::sort(offs.begin(), offs.end());
   return offs;
 }
@@ -369,17 +370,26 @@ class ReferenceGrouped : public ::testing::TestWithParam<std::tuple<GroupedCase,
   }
 };
 
-TEST_P(ReferenceGrouped, DataAndRowScalesAsDense) {  // §6: q_row, q_col, s_row are the dense bytes
+TEST_P(ReferenceGrouped, DataAsDense) {  // §6: q_row and q_col are the dense bytes
   const Problem p = problem();
   Outputs dense = run_fused(problem(/*grouped=*/false));
-  Outputs grouped = run_fused(p);
+  dense.s_row.clear();
   dense.s_col.clear();
-  grouped.s_col.clear();
-  EXPECT_TRUE(same(p, grouped, dense));
-  // The axes one at a time with offs: the same bytes as dense too.
-  Outputs split = run_split(p);
-  split.s_col.clear();
-  EXPECT_TRUE(same(p, split, dense));
+  for (Outputs grouped : {run_fused(p), run_split(p)}) {
+    grouped.s_row.clear();
+    grouped.s_col.clear();
+    EXPECT_TRUE(same(p, grouped, dense));
+  }
+}
+
+// §6: the M-groups layout (each group, then the tail, blocked on its own), the slack zero.
+TEST_P(ReferenceGrouped, RowScalesAreMGroups) {
+  const Problem p = problem();
+  const Plain rows = naive_rows(p.x, p.M, p.K, p.rule);
+  const Bytes want = to_mgroups(rows.s, p.M, p.K, *p.offs);
+  const int64_t width = s_row_shape(p.M, p.K, p.groups()).cols;
+  EXPECT_TRUE(bytes_equal(run_fused(p).s_row, want, width, "both axes: s_row"));
+  EXPECT_TRUE(bytes_equal(run_rowwise(p).s_row, want, width, "rowwise only: s_row"));
 }
 
 // §6: the K-groups layout, the tail's scales zeroed, the slack zero.
@@ -422,22 +432,33 @@ INSTANTIATE_TEST_SUITE_P(
                           GroupedCase{"g4_all_tail", 512, 128, {0, 0, 0, 0}},
                           GroupedCase{"g4_k96", 640, 96, {128, 128, 384, 512}},
                           GroupedCase{"g8_random", 2048, 160, random_offs(2048, 8, 1)},
-                          GroupedCase{"g64_random", 4096, 128, random_offs(4096, 64, 2)}),
+                          GroupedCase{"g64_random", 4096, 128, random_offs(4096, 64, 2)},
+                          // 32-aligned groups (kGroupAlign): atoms shared by no two groups
+                          GroupedCase{"g3_docs_example", 512, 256, {128, 320, 384}},
+                          GroupedCase{"g5_32_aligned", 640, 160, {32, 32, 96, 416, 608}},
+                          GroupedCase{"g8_random32", 2048, 96, random_offs(2048, 8, 3, 32)},
+                          GroupedCase{"g64_random32", 4096, 64, random_offs(4096, 64, 4, 32)}),
         ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + rule_name(std::get<1>(info.param));
     });
 
-// M = 0: every group is empty, s_col is all slack and still written, and so is the status word.
+// M = 0: every group is empty, s_row and s_col are all padding and slack and still written, and so
+// is the status word.
 TEST(ReferenceGroupedEmpty, NoTokens) {
   Problem p{0, 256, ScaleRounding::kRceil, {}, std::vector<int32_t>{0, 0}};
   for (Axes axes : {Axes::kRowwise, Axes::kColwise, Axes::kBoth}) {
     int32_t status = 0x5A5A5A5A;
     const Outputs o = run_quantize(p, axes, kPoison, &status);
     EXPECT_EQ(status, 0) << "axes " << int(axes);
-    if (axes == Axes::kRowwise) continue;
-    ASSERT_EQ(int64_t(o.s_col.size()), 256 * 8);
-    EXPECT_TRUE(bytes_equal(o.s_col, Bytes(o.s_col.size(), 0), 8, "s_col"));
+    if (axes != Axes::kColwise) {  // M-groups: 128 rows per group, all padding
+      ASSERT_EQ(int64_t(o.s_row.size()), 256 * 8);
+      EXPECT_TRUE(bytes_equal(o.s_row, Bytes(o.s_row.size(), 0), 8, "s_row"));
+    }
+    if (axes != Axes::kRowwise) {  // K-groups: 4 columns per group, all slack
+      ASSERT_EQ(int64_t(o.s_col.size()), 256 * 8);
+      EXPECT_TRUE(bytes_equal(o.s_col, Bytes(o.s_col.size(), 0), 8, "s_col"));
+    }
   }
 }
 
@@ -510,6 +531,35 @@ TEST(Dequantize, KGroupsDefinition) {
             run_dequantize(q, scales, rows, cols, offs, 0x2222));
 }
 
+// §8: rows are tokens; the M-groups scales of every segment (the tail included) are placed, so
+// every row dequantizes as with the dense layout. Random codes and scales, 32-aligned groups.
+TEST(Dequantize, MGroupsDefinition) {
+  const int64_t rows = 1024, cols = 96;
+  const std::vector<int32_t> offs = {96, 96, 512, 640};
+  const Bytes q = random_bytes(size_t(rows * cols), 6);
+  const Bytes s_plain = random_bytes(size_t(rows * cols / kBlock), 7);
+  std::vector<uint16_t> want(q.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const size_t i = size_t(r * cols + c);
+      want[i] = dequantize_element(q[i], s_plain[size_t(r * (cols / kBlock) + c / kBlock)]);
+    }
+  }
+  std::vector<uint16_t> out(q.size(), 0xA5A5);
+  const Bytes scales = to_mgroups(s_plain, rows, cols, offs);
+  DequantizeParams p;
+  p.q = q.data();
+  p.scales = scales.data();
+  p.rows = rows;
+  p.cols = cols;
+  p.layout = ScaleLayout::kMGroups;
+  p.offs = offs.data();
+  p.num_groups = int64_t(offs.size());
+  p.out = out.data();
+  ref::dequantize(p);
+  EXPECT_TRUE(bf16_equal(out, want, cols));
+}
+
 class DequantizeRoundTrip : public ::testing::TestWithParam<std::tuple<Dist, ScaleRounding>> {};
 
 // |dequantize(quantize(x)) - x| within half an e4m3 step at the block's scale (FLOOR: plus the
@@ -540,7 +590,8 @@ TEST_P(DequantizeRoundTrip, WithinBlockError) {
   const auto [dist, rule] = GetParam();
   const int64_t M = 512, K = 256;
   Problem p{M, K, rule, make_input(M, K, dist, 77 + int(dist)), std::vector<int32_t>{128, 384}};
-  const Outputs o = run_fused(p);
+  Outputs o = run_fused(p);
+  o.s_row = run_rowwise(Problem{M, K, rule, p.x}).s_row;  // dense blocked, for dense dequantize
   const Plain rows = naive_rows(p.x, M, K, rule);
   const Plain cols = naive_rows(transpose(p.x, M, K), K, M, rule);
   EXPECT_TRUE(within_block_error(p.x, rows.s, run_dequantize(o.q_row, o.s_row, M, K), M, K))

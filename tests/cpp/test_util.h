@@ -182,6 +182,36 @@ inline std::vector<uint8_t> to_kgroups(const std::vector<uint8_t>& s_col_plain, 
   return out;
 }
 
+// The M-groups rearrangement of a plain S_row (M, K/32), written the same way: each segment (group
+// g = rows [offs[g-1], offs[g]), then the uncovered tail [offs[G-1], M)) blocked on its own, the
+// blocks concatenated, the rest of the (roundup(M,128) + 128G, roundup(K/32,4)) allocation zero.
+inline std::vector<uint8_t> to_mgroups(const std::vector<uint8_t>& s_row_plain, int64_t M,
+                                       int64_t K, const std::vector<int32_t>& offs) {
+  const int64_t scale_cols = K / 32;
+  const int64_t padded_cols = (scale_cols + 3) / 4 * 4;
+  std::vector<uint8_t> out(
+      static_cast<size_t>(((M + 127) / 128 * 128 + 128 * int64_t(offs.size())) * padded_cols), 0);
+  std::vector<int64_t> ends(offs.begin(), offs.end());
+  ends.push_back(M);  // the tail
+  size_t pos = 0;
+  int64_t begin = 0;
+  for (const int64_t end : ends) {
+    const std::vector<uint8_t> slice(s_row_plain.begin() + begin * scale_cols,
+                                     s_row_plain.begin() + end * scale_cols);
+    const std::vector<uint8_t> blocked = to_blocked(slice, end - begin, scale_cols);
+    std::copy(blocked.begin(), blocked.end(), out.begin() + static_cast<std::ptrdiff_t>(pos));
+    pos += blocked.size();
+    begin = end;
+  }
+  return out;
+}
+
+// The colwise dequantize layouts the tests use: K-groups when offs is given, else blocked. Call
+// after the last edit of offs.
+inline void set_colwise_dequant_layout(DequantizeParams& p) {
+  p.layout = p.offs != nullptr ? ScaleLayout::kKGroups : ScaleLayout::kBlocked;
+}
+
 }  // namespace mxq::test
 
 namespace mxq {

@@ -98,7 +98,7 @@ TEST(DescribeStatus, NamesEveryBit) {
   const std::string all = describe_status(kOffsDecreasing | kOffsBeyondM | kOffsMisaligned);
   EXPECT_NE(all.find("decrease"), std::string::npos) << all;
   EXPECT_NE(all.find("exceeds M"), std::string::npos) << all;
-  EXPECT_NE(all.find("128"), std::string::npos) << all;
+  EXPECT_NE(all.find("multiple of " + std::to_string(kGroupAlign)), std::string::npos) << all;
 }
 
 TEST(ErrorType, WhatIsOpAndMessage) {
@@ -130,8 +130,7 @@ TEST(ErrorMessages, ExampleIsExact) {
     ref::quantize(p);
     ADD_FAILURE() << "M = 48 accepted";
   } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "mxq::ref::quantize: M must be a multiple of 32 on the CPU reference, got 48");
+    EXPECT_STREQ(e.what(), "mxq::ref::quantize: M must be a multiple of 32, got 48");
     EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
   }
 }
@@ -144,7 +143,7 @@ struct Args {
   std::vector<uint16_t> x = make_input(M, K, Dist::kNormal, 3);
   std::vector<int32_t> offs = {128, 256};
   Bytes q_row = Bytes(size_t(M * K), kPoison);
-  Bytes s_row = Bytes(size_t(s_row_shape(M, K).bytes()), kPoison);
+  Bytes s_row = Bytes(size_t(s_row_shape(M, K, 2).bytes()), kPoison);  // M-groups
   Bytes q_col = Bytes(size_t(M * K), kPoison);
   Bytes s_col = Bytes(size_t(s_col_shape(M, K, 2).bytes()), kPoison);
   std::vector<uint16_t> out = std::vector<uint16_t>(size_t(M * K), 0xA5A5);
@@ -183,6 +182,7 @@ struct Args {
     p.cols = M;
     p.offs = offs.data();
     p.num_groups = int64_t(offs.size());
+    set_colwise_dequant_layout(p);
     p.out = out.data();
     p.status = &status;
     return p;
@@ -252,7 +252,10 @@ std::function<void(Args&)> both(Edit edit) {
 }
 template <typename Edit>
 std::function<void(Args&)> dequant(Edit edit) {
-  return on_ref(&Args::dequantize, ref::dequantize, edit);
+  return on_ref(&Args::dequantize, ref::dequantize, [=](DequantizeParams& p) {
+    edit(p);
+    set_colwise_dequant_layout(p);
+  });
 }
 
 constexpr const char* kRefQuantize = "mxq::ref::quantize";
@@ -262,8 +265,8 @@ constexpr const char* kRefDequantize = "mxq::ref::dequantize";
 constexpr int32_t kOffsDecreasing[] = {256, 128};
 constexpr int32_t kOffsNegative[] = {-128, 128};
 constexpr int32_t kOffsBeyondM[] = {128, 384};
-constexpr int32_t kOffsMisaligned[] = {96, 256};
-constexpr int32_t kOffsMisalignedLast[] = {128, 160};
+constexpr int32_t kOffsMisaligned[] = {80, 256};
+constexpr int32_t kOffsMisalignedLast[] = {128, 176};
 
 // Half a pair: the message names both members (a null pair would skip that axis).
 std::string pair_message(const char* q, const char* s, bool q_set, bool s_set) {
@@ -278,23 +281,23 @@ const std::string kNothing = exact(
 const std::vector<BadCase> kBadCases = {
     // dimensions (§9): multiples of 32 on the CPU, non-negative, at most 2^31 - 1
     {"rowwise_M_48", rowwise([](auto& p) { p.M = 48; }), kRefQuantize,
-     exact("M must be a multiple of 32 on the CPU reference, got 48")},
+     exact("M must be a multiple of 32, got 48")},
     {"rowwise_K_40", rowwise([](auto& p) { p.K = 40; }), kRefQuantize,
-     exact("K must be a multiple of 32 on the CPU reference, got 40")},
+     exact("K must be a multiple of 32, got 40")},
     {"rowwise_M_negative", rowwise([](auto& p) { p.M = -32; }), kRefQuantize,
      exact("M must be non-negative, got -32")},
     {"rowwise_K_2pow31", rowwise([](auto& p) { p.K = int64_t(1) << 31; }), kRefQuantize,
      exact("K must be at most 2^31-1, got 2147483648")},
     {"colwise_M_16", colwise([](auto& p) { p.M = 16; }), kRefQuantize,
-     exact("M must be a multiple of 32 on the CPU reference, got 16")},
+     exact("M must be a multiple of 32, got 16")},
     {"colwise_K_100", colwise([](auto& p) { p.K = 100; }), kRefQuantize,
-     exact("K must be a multiple of 32 on the CPU reference, got 100")},
+     exact("K must be a multiple of 32, got 100")},
     {"both_M_2pow32", both([](auto& p) { p.M = int64_t(1) << 32; }), kRefQuantize,
      exact("M must be at most 2^31-1, got 4294967296")},
     {"dequantize_rows_48", dequant([](auto& p) { p.rows = 48; }), kRefDequantize,
-     exact("rows must be a multiple of 32 on the CPU reference, got 48")},
+     exact("rows must be a multiple of 32, got 48")},
     {"dequantize_cols_72", dequant([](auto& p) { p.cols = 72; }), kRefDequantize,
-     exact("cols must be a multiple of 32 on the CPU reference, got 72")},
+     exact("cols must be a multiple of 32, got 72")},
     // pointers
     {"rowwise_x_null", rowwise([](auto& p) { p.x = nullptr; }), kRefQuantize, exact("x is null")},
     {"rowwise_x_misaligned", rowwise([](auto& p) { p.x = static_cast<const uint16_t*>(p.x) + 1; }),
@@ -361,7 +364,7 @@ const std::vector<BadCase> kBadCases = {
     {"colwise_offs_beyond_M", colwise([](auto& p) { p.offs = kOffsBeyondM; }), kRefQuantize,
      exact("offs[1]=384 exceeds M=256")},
     {"colwise_offs_misaligned", colwise([](auto& p) { p.offs = kOffsMisaligned; }), kRefQuantize,
-     exact("offs[0]=96 is not a multiple of 128 (group sizes must be)")},
+     exact("offs[0]=80 is not a multiple of 32 (group sizes must be)")},
     {"rowwise_offs_decreasing", rowwise([](auto& p) { p.offs = kOffsDecreasing; }), kRefQuantize,
      exact("offs must be non-decreasing, got offs[1]=128 after offs[0]=256")},
     {"rowwise_offs_beyond_M", rowwise([](auto& p) { p.offs = kOffsBeyondM; }), kRefQuantize,
@@ -371,11 +374,32 @@ const std::vector<BadCase> kBadCases = {
     {"both_offs_beyond_M", both([](auto& p) { p.offs = kOffsBeyondM; }), kRefQuantize,
      exact("offs[1]=384 exceeds M=256")},
     {"both_offs_misaligned", both([](auto& p) { p.offs = kOffsMisalignedLast; }), kRefQuantize,
-     exact("offs[1]=160 is not a multiple of 128 (group sizes must be)")},
+     exact("offs[1]=176 is not a multiple of 32 (group sizes must be)")},
+    {"dequantize_layout_7",
+     on_ref(&Args::dequantize, ref::dequantize,
+            [](auto& p) { p.layout = static_cast<ScaleLayout>(7); }),
+     kRefDequantize, exact("layout must be ScaleLayout::kBlocked, kMGroups or kKGroups, got 7")},
+    {"dequantize_blocked_with_offs",
+     on_ref(&Args::dequantize, ref::dequantize, [](auto& p) { p.layout = ScaleLayout::kBlocked; }),
+     kRefDequantize, exact("the blocked layout takes no offs")},
+    {"dequantize_kgroups_without_offs",
+     on_ref(&Args::dequantize, ref::dequantize,
+            [](auto& p) {
+              p.offs = nullptr;
+              p.num_groups = 0;
+            }),
+     kRefDequantize, exact("the grouped layouts need offs")},
+    {"dequantize_mgroups_offs_beyond_rows",
+     on_ref(&Args::dequantize, ref::dequantize,
+            [](auto& p) {
+              p.layout = ScaleLayout::kMGroups;  // rows = K = 128 are the tokens
+              p.offs = kOffsBeyondM;
+            }),
+     kRefDequantize, exact("offs[1]=384 exceeds rows=128")},
     {"dequantize_offs_beyond_cols", dequant([](auto& p) { p.offs = kOffsBeyondM; }), kRefDequantize,
      exact("offs[1]=384 exceeds cols=256")},
     {"dequantize_offs_misaligned", dequant([](auto& p) { p.offs = kOffsMisaligned; }),
-     kRefDequantize, exact("offs[0]=96 is not a multiple of 128 (group sizes must be)")},
+     kRefDequantize, exact("offs[0]=80 is not a multiple of 32 (group sizes must be)")},
 };
 
 INSTANTIATE_TEST_SUITE_P(Cases, RefValidation, ::testing::ValuesIn(kBadCases),
@@ -441,11 +465,11 @@ TEST(ValidateOffsHost, NamesTheFirstBadEntry) {
   check(kOffsDecreasing, 2, 256, "offs must be non-decreasing, got offs[1]=128 after offs[0]=256");
   check(kOffsNegative, 2, 256, "offs[0]=-128 is negative");
   check(kOffsBeyondM, 2, 256, "offs[1]=384 exceeds M=256");
-  check(kOffsMisaligned, 2, 256, "offs[0]=96 is not a multiple of 128 (group sizes must be)");
-  check(kOffsMisalignedLast, 2, 256, "offs[1]=160 is not a multiple of 128 (group sizes must be)");
+  check(kOffsMisaligned, 2, 256, "offs[0]=80 is not a multiple of 32 (group sizes must be)");
+  check(kOffsMisalignedLast, 2, 256, "offs[1]=176 is not a multiple of 32 (group sizes must be)");
   check(two, 2, 128, "offs[1]=256 exceeds M=128");
   const int32_t first_of_three[] = {200, 100, 1024};  // three faults: the first entry is named
-  check(first_of_three, 3, 512, "offs[0]=200 is not a multiple of 128 (group sizes must be)");
+  check(first_of_three, 3, 512, "offs[0]=200 is not a multiple of 32 (group sizes must be)");
 }
 
 // ---- the GPU entry points ----
@@ -455,7 +479,7 @@ TEST(ValidateOffsHost, NamesTheFirstBadEntry) {
 struct GpuArgs {
   static constexpr int64_t M = 128, K = 128;
   std::vector<uint16_t> x = std::vector<uint16_t>(size_t(M * K), 0x3F80);
-  Bytes q_row = Bytes(size_t(M * K)), s_row = Bytes(size_t(s_row_shape(M, K).bytes()));
+  Bytes q_row = Bytes(size_t(M * K)), s_row = Bytes(size_t(s_row_shape(M, K, 1).bytes()));
   Bytes q_col = Bytes(size_t(M * K)), s_col = Bytes(size_t(s_col_shape(M, K, 1).bytes()));
   Bytes workspace = Bytes(size_t(composed_workspace_bytes(M, K)));
   std::vector<uint16_t> out = std::vector<uint16_t>(size_t(M * K));
@@ -491,7 +515,13 @@ struct GpuArgs {
     return p;
   }
   DequantizeParams dequantize() {
-    return {q_row.data(), s_row.data(), M, K, nullptr, 0, out.data()};
+    DequantizeParams p;
+    p.q = q_row.data();
+    p.scales = s_row.data();
+    p.rows = M;
+    p.cols = K;
+    p.out = out.data();
+    return p;
   }
 };
 
@@ -528,30 +558,41 @@ void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
 constexpr const char* kQuantize = "mxq::quantize";
 constexpr const char* kComposed = "mxq::quantize_composed";
 constexpr const char* kDequantize = "mxq::dequantize";
-const std::string kM96 = exact("M must be a multiple of 128 on the GPU, got 96");
-const std::string kK160 = exact("K must be a multiple of 128 on the GPU, got 160");
+const std::string kM100 = exact("M must be a multiple of 32, got 100");
+const std::string kK136 = exact("K must be a multiple of 32, got 136");
 const auto kQuantizeOp = static_cast<void (*)(const QuantizeParams&)>(quantize);
 const auto kDequantizeOp = static_cast<void (*)(const DequantizeParams&)>(dequantize);
 
 const std::vector<GpuCase> kGpuCases = {
-    {"rowwise_M_96", on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.M = 96; }), kQuantize,
-     kM96},
-    {"rowwise_K_160", on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.K = 160; }), kQuantize,
-     kK160},
+    {"rowwise_M_100", on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.M = 100; }), kQuantize,
+     kM100},
+    {"rowwise_K_136", on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.K = 136; }), kQuantize,
+     kK136},
     {"rowwise_M_negative", on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.M = -128; }),
      kQuantize, exact("M must be non-negative, got -128")},
-    {"colwise_M_96", on_gpu(&GpuArgs::colwise, kQuantizeOp, [](auto& p) { p.M = 96; }), kQuantize,
-     kM96},
-    {"both_M_96", on_gpu(&GpuArgs::both, kQuantizeOp, [](auto& p) { p.M = 96; }), kQuantize, kM96},
+    {"colwise_M_100", on_gpu(&GpuArgs::colwise, kQuantizeOp, [](auto& p) { p.M = 100; }), kQuantize,
+     kM100},
+    {"both_M_100", on_gpu(&GpuArgs::both, kQuantizeOp, [](auto& p) { p.M = 100; }), kQuantize,
+     kM100},
     {"both_K_2pow31", on_gpu(&GpuArgs::both, kQuantizeOp, [](auto& p) { p.K = int64_t(1) << 31; }),
      kQuantize, exact("K must be at most 2^31-1, got 2147483648")},
-    {"composed_K_160", on_composed([](auto& p) { p.K = 160; }), kComposed, kK160},
-    {"dequantize_rows_96",
-     on_gpu(&GpuArgs::dequantize, kDequantizeOp, [](auto& p) { p.rows = 96; }), kDequantize,
-     exact("rows must be a multiple of 128 on the GPU, got 96")},
-    {"dequantize_cols_32",
-     on_gpu(&GpuArgs::dequantize, kDequantizeOp, [](auto& p) { p.cols = 32; }), kDequantize,
-     exact("cols must be a multiple of 128 on the GPU, got 32")},
+    {"composed_K_136", on_composed([](auto& p) { p.K = 136; }), kComposed, kK136},
+    {"dequantize_rows_100",
+     on_gpu(&GpuArgs::dequantize, kDequantizeOp, [](auto& p) { p.rows = 100; }), kDequantize,
+     exact("rows must be a multiple of 32, got 100")},
+    {"dequantize_cols_48",
+     on_gpu(&GpuArgs::dequantize, kDequantizeOp, [](auto& p) { p.cols = 48; }), kDequantize,
+     exact("cols must be a multiple of 32, got 48")},
+    {"dequantize_blocked_with_offs",
+     on_gpu(&GpuArgs::dequantize, kDequantizeOp,
+            [](auto& p) {
+              p.offs = reinterpret_cast<const int32_t*>(p.q);
+              p.num_groups = 1;
+            }),
+     kDequantize, exact("the blocked layout takes no offs")},
+    {"dequantize_mgroups_without_offs",
+     on_gpu(&GpuArgs::dequantize, kDequantizeOp, [](auto& p) { p.layout = ScaleLayout::kMGroups; }),
+     kDequantize, exact("the grouped layouts need offs")},
     // pointers that are checked without the device
     {"both_x_null", on_gpu(&GpuArgs::both, kQuantizeOp, [](auto& p) { p.x = nullptr; }), kQuantize,
      exact("x is null")},
@@ -687,8 +728,8 @@ TEST(GpuValidationBasics, BuildWithoutCudaRefusesClearly) {
   EXPECT_TRUE(unsupported([&] { quantize(empty); }, kQuantize));
   // An argument error is still reported as such, not hidden behind the missing CUDA.
   QuantizeParams bad = a.both();
-  bad.M = 96;
-  EXPECT_TRUE(throws_error([&] { quantize(bad); }, kQuantize, kM96));
+  bad.M = 100;
+  EXPECT_TRUE(throws_error([&] { quantize(bad); }, kQuantize, kM100));
   EXPECT_EQ(a.status, 0);
   EXPECT_FALSE(gpu_available());
   EXPECT_NE(build_info().find("CPU only"), std::string::npos) << build_info();
