@@ -6,7 +6,10 @@ and Meta impls; see torch_ext/ops.cpp). The typed Python API:
     mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="fused")
     mxq.dequantize(q, scales, offs=None)
     mxq.validate_offs(offs, M)
-    mxq.MXFP8Linear(...)                      # mxq.linear
+    mxq.MXFP8Linear(...)                      # mxq.linear; mxq.mxfp8_linear(x, weight, bias, ...) functional
+    mxq.grouped_mm(x, w, offs, ...)           # mxq.moe: MXFP8 grouped GEMM (MoE experts), autograd
+    mxq.MXFP8GroupedExperts(...)              # mxq.moe; mxq.GroupedExperts is the bf16 reference module
+    mxq.nn.convert(model, ...)                # swap nn.Linear / expert modules in place (docs/training.md)
     mxq.testing                               # a pure-torch reference written from docs/numerics.md
 
 Set MXQ_TORCH_LIBRARY to a built libmxq_torch.so to use a build tree instead of the installed library.
@@ -47,8 +50,9 @@ def _load_extension() -> str:
 
 _library_path = _load_extension()
 
-from . import testing
-from .linear import MXFP8Linear
+from . import nn, testing
+from .linear import MXFP8Linear, mxfp8_linear
+from .moe import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
 from .ops import (
     MXTensors,
     dequantize,
@@ -60,12 +64,18 @@ from .ops import (
 )
 
 __all__ = [
+    "GroupedExperts",
+    "MXFP8GroupedExperts",
     "MXFP8Linear",
     "MXTensors",
+    "bf16_grouped_mm",
     "dequantize",
     "dequantize_colwise",
     "dequantize_rowwise",
+    "grouped_mm",
     "has_cuda_kernels",
+    "mxfp8_linear",
+    "nn",
     "quantize",
     "testing",
     "validate_offs",

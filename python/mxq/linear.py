@@ -1,23 +1,35 @@
-"""MXFP8Linear: y = x Wᵀ (+ b) with every GEMM operand in MXFP8 (docs/numerics.md §11).
+"""MXFP8Linear: y = x Wᵀ (+ b) with every GEMM operand in MXFP8 (docs/numerics.md §5, docs/training.md).
 
     GEMM                 A operand                      B operand
     forward  y  = x Wᵀ   x rowwise (1x32 along K)       W rowwise (along K)
-    dgrad    dx = dy W   dy rowwise (along N)           W colwise (32x1 along N)
-    wgrad    dW = dyᵀ x  dy colwise (along M)           x colwise (along M)
+    dgrad    dx = dy W   dy rowwise (along N)           W colwise (along N)
+    wgrad    dW = dyᵀ x  dy colwise (32x1 along M)      x colwise (32x1 along M)
+
+Activations and gradients always use 1x32 blocks (x, dy). The weight policy is ``weight_scaling``:
+
+- ``"32x32"`` (default, the recipe's): one E8M0 scale per 32x32 tile of W, so every weight value is quantized once
+  and the same e4m3 byte serves the forward GEMM (W rowwise along K) and dgrad (W colwise along N);
+- ``"1x32"``: W gets its own 1x32 blocks along K and 32x1 blocks along N, like an activation.
+
+Both come from one ``torch.ops.mxq.quantize_weight`` call on the 2-D (N, K) weight in forward, which writes the
+rowwise operand (used at once) and the colwise operand (saved for dgrad instead of the bf16 weight).
 
 dy is needed on both axes at once; ``activation_quantization_backend`` picks how: ``"fused"`` (default) is the
-one-read fused kernel, ``"composed"`` the three-kernel baseline (rowwise kernel, colwise kernel, swizzle). Both give the same
-bytes, so outputs and gradients are bitwise identical. x's colwise copy comes from the high-precision x saved for
-backward (``x_colwise="high_precision"``), or is produced in forward by the dual quantization and saved instead of
-x (``"quantized"``); colwise data never comes from re-quantizing rowwise bytes. W's colwise copy is quantized from
-the bf16 weight in backward.
+one-read fused kernel, ``"composed"`` the three-kernel baseline (rowwise kernel, colwise kernel, swizzle). Both give
+the same bytes, so outputs and gradients are bitwise identical. x's colwise copy comes from the high-precision x saved
+for backward (``x_colwise="high_precision"``), or is produced in forward by the dual quantization and saved instead of
+x (``"quantized"``); colwise data never comes from re-quantizing rowwise bytes. Every op call passes ``scaling_mode``
+explicitly (``"rceil"`` by default): nothing depends on an op's default.
 
 GEMM: every product has the form A (R, C) · B (P, C)ᵀ with both operands quantized along C. On SM100+ it is
-``torch._scaled_mm`` with the blocked E8M0 scales; below SM100 cuBLAS has no MX GEMM, so an emulated GEMM
-dequantizes both operands with mxq's kernel and runs a bf16 matmul (fp32 accumulation). The capability is checked
-up front (``gemm="auto"``); ``gemm="emulated"`` forces the emulation anywhere.
+``torch._scaled_mm`` with the blocked E8M0 scales; below SM100 (and on the CPU) there is no MX GEMM, so an emulated
+GEMM dequantizes both operands with mxq's own ``dequantize`` op and runs a bf16 matmul (fp32 accumulation). The
+capability is checked up front from the device (``gemm="auto"``), never by catching an error; ``gemm="emulated"``
+forces the emulation anywhere, ``gemm="scaled_mm"`` forces the native GEMM.
 
-Shapes: the flattened token count M, in_features K and out_features N must be multiples of 32.
+Shapes: in_features K and out_features N must be multiples of 32 (checked at construction), and so must the
+flattened token count M (checked at every call). Nothing is padded and nothing falls back silently: an unsupported
+shape is a ValueError.
 """
 
 from __future__ import annotations
@@ -28,14 +40,47 @@ import torch
 from torch import Tensor, nn
 
 _ops = torch.ops.mxq
-_BACKENDS = ("fused", "composed")
-_X_COLWISE = ("high_precision", "quantized")
-_GEMMS = ("auto", "emulated", "scaled_mm")
+BLOCK = 32
+BACKENDS = ("fused", "composed")
+X_COLWISE = ("high_precision", "quantized")
+GEMMS = ("auto", "emulated", "scaled_mm")
+WEIGHT_SCALINGS = ("32x32", "1x32")
+SCALING_MODES = ("rceil", "floor")
+
+
+def round_up(v: int, m: int) -> int:
+    return (v + m - 1) // m * m
 
 
 def native_mx_gemm(device: torch.device) -> bool:
-    """True where torch._scaled_mm runs MXFP8 (block-scaled e4m3 with E8M0 scales) natively: CUDA SM100+."""
+    """True where torch._scaled_mm / torch._scaled_grouped_mm run MXFP8 (block-scaled e4m3 with E8M0 scales)
+    natively: CUDA devices of compute capability 10.0 and above."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 10
+
+
+def check_choice(owner: str, name: str, value, choices) -> None:
+    if value not in choices:
+        listed = " or ".join(f'"{c}"' for c in choices)
+        raise ValueError(f"{owner}: {name} must be {listed}, got {value!r}")
+
+
+def check_multiple_of_32(owner: str, name: str, value: int, hint: str = "") -> None:
+    if value % BLOCK:
+        raise ValueError(f"{owner}: {name} must be a multiple of {BLOCK}, got {value}{hint}")
+
+
+def weight_operands(w: Tensor, scaling_mode: str, weight_scaling: str, colwise: bool = True):
+    """(q_row, s_row, q_col, s_col) of a 2-D (N, K) or 3-D (G, N, K) weight from torch.ops.mxq.quantize_weight,
+    every option passed explicitly. q_col and s_col are None when ``colwise`` is False."""
+    out = _ops.quantize_weight(
+        w, scaling_mode=scaling_mode, weight_scaling=weight_scaling, rowwise=True, colwise=colwise
+    )
+    return out[0], out[1], (out[2] if colwise else None), (out[3] if colwise else None)
+
+
+def blocked_scales(s: Tensor, rows: int, cols: int) -> Tensor:
+    """The 2-D (roundup(rows,128), roundup(cols/32,4)) view of the blocked scales of a (rows, cols) operand."""
+    return s.reshape(round_up(rows, 128), round_up(cols // BLOCK, 4))
 
 
 def mx_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, gemm: str = "auto") -> Tensor:
@@ -44,55 +89,99 @@ def mx_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, gemm: str = "auto") 
     if gemm == "scaled_mm" or (gemm == "auto" and native_mx_gemm(qa.device)):
         # B must be column-major: qb.t() is (C, P) with strides (1, C).
         return torch._scaled_mm(qa, qb.t(), sa.reshape(-1), sb.reshape(-1), out_dtype=torch.bfloat16)
-    a = _ops.dequantize(qa, sa, None)
-    b = _ops.dequantize(qb, sb, None)
+    a = _ops.dequantize(qa, blocked_scales(sa, *qa.shape), None, "blocked")
+    b = _ops.dequantize(qb, blocked_scales(sb, *qb.shape), None, "blocked")
     return a @ b.t()
 
 
-def _dual(t: Tensor, backend: str, scaling_mode: str):
+def dual_quantize(t: Tensor, backend: str, scaling_mode: str, offs: Tensor | None = None):
+    """(q_row, s_row, q_col, s_col) of ``t`` from one call of the fused kernel or the composed baseline."""
     op = _ops.quantize if backend == "fused" else _ops.quantize_composed
-    return op(t, 32, scaling_mode, None)
+    return op(t, BLOCK, scaling_mode, offs)
 
 
 class _MXFP8LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: Tensor, w: Tensor, backend: str, x_colwise: str, scaling_mode: str, gemm: str):
+    def forward(ctx, x, w, backend, x_colwise, scaling_mode, weight_scaling, gemm):
         # x (M, K), w (N, K), both bf16 contiguous.
-        if x_colwise == "quantized":
-            q_x, s_x, q_x_col, s_x_col = _dual(x, backend, scaling_mode)
-            ctx.save_for_backward(q_x_col, s_x_col, w)
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if x_colwise == "quantized" and need_dw:
+            q_x, s_x, q_x_col, s_x_col = dual_quantize(x, backend, scaling_mode)
+            x_saved = (q_x_col, s_x_col)
         else:
-            q_x, s_x = _ops.quantize_rowwise(x, 32, scaling_mode, None)
-            ctx.save_for_backward(x, w)
-        q_w, s_w = _ops.quantize_rowwise(w, 32, scaling_mode, None)
-        ctx.config = (backend, x_colwise, scaling_mode, gemm)
+            q_x, s_x = _ops.quantize_rowwise(x, BLOCK, scaling_mode, None)
+            x_saved = (x,) if need_dw else ()
+        # One call: W rowwise (forward, now) and W colwise (dgrad, saved instead of W).
+        q_w, s_w, q_w_col, s_w_col = weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
+        w_saved = (q_w_col, s_w_col) if need_dx else ()
+        ctx.save_for_backward(*x_saved, *w_saved)
+        ctx.config = (backend, x_colwise, scaling_mode, gemm, len(x_saved), need_dx, need_dw)
         return mx_gemm(q_x, s_x, q_w, s_w, gemm)  # (M, N)
 
     @staticmethod
-    def backward(ctx, dy: Tensor):
-        backend, x_colwise, scaling_mode, gemm = ctx.config
-        if x_colwise == "quantized":
-            q_x_col, s_x_col, w = ctx.saved_tensors
-        else:
-            x, w = ctx.saved_tensors
-        dy = dy.to(torch.bfloat16).contiguous()
-        q_dy, s_dy, q_dy_col, s_dy_col = _dual(dy, backend, scaling_mode)  # (M, N) on both axes, one call
+    def backward(ctx, dy):
+        backend, _, scaling_mode, gemm, n_x, need_dx, need_dw = ctx.config
+        saved = ctx.saved_tensors
+        x_saved, w_saved = saved[:n_x], saved[n_x:]
+        dy = dy.to(torch.bfloat16).contiguous()  # a non-contiguous dy (e.g. from a transpose) is copied here
+        q_dy, s_dy, q_dy_col, s_dy_col = dual_quantize(dy, backend, scaling_mode)  # (M, N), both axes, one call
         dx = dw = None
-        if ctx.needs_input_grad[0]:
-            q_w_col, s_w_col = _ops.quantize_colwise(w, 32, scaling_mode, None)  # physical (K, N), along N
+        if need_dx:
+            q_w_col, s_w_col = w_saved  # q_w_col.t(): the physical (K, N) array, quantized along N
             dx = mx_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, gemm)  # (M, N) · (K, N)ᵀ = (M, K)
-        if ctx.needs_input_grad[1]:
-            if x_colwise != "quantized":
-                q_x_col, s_x_col = _ops.quantize_colwise(x, 32, scaling_mode, None)  # physical (K, M)
+        if need_dw:
+            if len(x_saved) == 2:
+                q_x_col, s_x_col = x_saved
+            else:
+                q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, None)  # physical (K, M)
             dw = mx_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, gemm)  # (N, M) · (K, M)ᵀ = (N, K)
-        return dx, dw, None, None, None, None
+        return dx, dw, None, None, None, None, None
+
+
+def mxfp8_linear(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    *,
+    weight_scaling: str = "32x32",
+    activation_quantization_backend: str = "fused",
+    x_colwise: str = "high_precision",
+    scaling_mode: str = "rceil",
+    gemm: str = "auto",
+) -> Tensor:
+    """Functional MXFP8 linear: bf16 ``x Wᵀ + b`` for x (..., K) and weight (N, K); see the module docstring.
+
+    Raises ValueError when K, N or the token count (the product of x's leading dims) is not a multiple of 32, or
+    when x's last dim is not the weight's K."""
+    owner = "mxq.mxfp8_linear"
+    if weight.dim() != 2:
+        raise ValueError(f"{owner}: weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
+    N, K = weight.shape
+    if x.dim() < 1 or x.shape[-1] != K:
+        raise ValueError(f"{owner}: x must have shape (..., {K}) for a weight of shape {(N, K)}, got {tuple(x.shape)}")
+    lead = x.shape[:-1]
+    M = math.prod(lead)
+    check_multiple_of_32(
+        owner, "the token count (the product of x's leading dims)", M, f" for x of shape {tuple(x.shape)}"
+    )
+    check_multiple_of_32(owner, "in_features (K)", K)
+    check_multiple_of_32(owner, "out_features (N)", N)
+    x2 = x.reshape(M, K).to(torch.bfloat16).contiguous()
+    w = weight.to(torch.bfloat16).contiguous()
+    y = _MXFP8LinearFunction.apply(
+        x2, w, activation_quantization_backend, x_colwise, scaling_mode, weight_scaling, gemm
+    )
+    if bias is not None:
+        y = y + bias.to(y.dtype)
+    return y.reshape(*lead, N)
 
 
 class MXFP8Linear(nn.Linear):
     """Drop-in nn.Linear whose three GEMMs run on MXFP8 operands quantized by mxq (see the module docstring).
 
     Inputs and weights are cast to bf16 for quantization (fp32 master weights keep their dtype; the cast is part of
-    the autograd graph); the output is bf16.
+    the autograd graph); the output is bf16. in_features and out_features must be multiples of 32 (ValueError here);
+    the token count must be a multiple of 32 at every call (ValueError there).
     """
 
     def __init__(
@@ -103,39 +192,53 @@ class MXFP8Linear(nn.Linear):
         device=None,
         dtype=None,
         *,
+        weight_scaling: str = "32x32",
         activation_quantization_backend: str = "fused",
         x_colwise: str = "high_precision",
         scaling_mode: str = "rceil",
         gemm: str = "auto",
     ) -> None:
+        check_multiple_of_32("MXFP8Linear", "in_features", in_features)
+        check_multiple_of_32("MXFP8Linear", "out_features", out_features)
+        check_choice("MXFP8Linear", "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
+        check_choice("MXFP8Linear", "activation_quantization_backend", activation_quantization_backend, BACKENDS)
+        check_choice("MXFP8Linear", "x_colwise", x_colwise, X_COLWISE)
+        check_choice("MXFP8Linear", "scaling_mode", scaling_mode, SCALING_MODES)
+        check_choice("MXFP8Linear", "gemm", gemm, GEMMS)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        if activation_quantization_backend not in _BACKENDS:
-            raise ValueError(
-                f'MXFP8Linear: activation_quantization_backend must be "fused" or "composed", '
-                f"got {activation_quantization_backend!r}"
-            )
-        if x_colwise not in _X_COLWISE:
-            raise ValueError(f'MXFP8Linear: x_colwise must be "high_precision" or "quantized", got {x_colwise!r}')
-        if scaling_mode not in ("rceil", "floor"):
-            raise ValueError(f'MXFP8Linear: scaling_mode must be "rceil" or "floor", got {scaling_mode!r}')
-        if gemm not in _GEMMS:
-            raise ValueError(f'MXFP8Linear: gemm must be "auto", "emulated" or "scaled_mm", got {gemm!r}')
+        self.weight_scaling = weight_scaling
         self.activation_quantization_backend = activation_quantization_backend
         self.x_colwise = x_colwise
         self.scaling_mode = scaling_mode
         self.gemm = gemm
 
+    def config(self) -> dict:
+        """The MXFP8 options of this layer, as keyword arguments of the constructor."""
+        return {
+            "weight_scaling": self.weight_scaling,
+            "activation_quantization_backend": self.activation_quantization_backend,
+            "x_colwise": self.x_colwise,
+            "scaling_mode": self.scaling_mode,
+            "gemm": self.gemm,
+        }
+
     @classmethod
-    def from_linear(cls, linear: nn.Linear, **kwargs) -> MXFP8Linear:
-        """An MXFP8Linear sharing nothing with ``linear`` but holding copies of its weight and bias."""
+    def from_linear(cls, linear: nn.Linear, *, share_parameters: bool = False, **kwargs) -> MXFP8Linear:
+        """An MXFP8Linear with ``linear``'s weight and bias: copies of them (default), or with
+        ``share_parameters=True`` the very same Parameter objects (what :func:`mxq.nn.convert` does, so optimizers
+        and tied weights keep working)."""
         m = cls(
             linear.in_features,
             linear.out_features,
             bias=linear.bias is not None,
-            device=linear.weight.device,
+            device="meta" if share_parameters else linear.weight.device,
             dtype=linear.weight.dtype,
             **kwargs,
         )
+        if share_parameters:
+            m.weight = linear.weight
+            m.bias = linear.bias
+            return m
         with torch.no_grad():
             m.weight.copy_(linear.weight)
             if linear.bias is not None:
@@ -143,18 +246,16 @@ class MXFP8Linear(nn.Linear):
         return m
 
     def forward(self, x: Tensor) -> Tensor:
-        lead = x.shape[:-1]
-        x2 = x.reshape(math.prod(lead), x.shape[-1]).to(torch.bfloat16).contiguous()
-        w = self.weight.to(torch.bfloat16).contiguous()
-        y = _MXFP8LinearFunction.apply(
-            x2, w, self.activation_quantization_backend, self.x_colwise, self.scaling_mode, self.gemm
-        )
-        if self.bias is not None:
-            y = y + self.bias.to(y.dtype)
-        return y.reshape(*lead, self.out_features)
+        if x.dim() < 1 or x.shape[-1] != self.in_features:
+            raise ValueError(f"MXFP8Linear: input must have shape (..., {self.in_features}), got {tuple(x.shape)}")
+        M = math.prod(x.shape[:-1])
+        if M % BLOCK:
+            raise ValueError(
+                f"MXFP8Linear: the token count (the product of the input's leading dims) must be a multiple of "
+                f"{BLOCK}, got {M} for input shape {tuple(x.shape)}; pad the batch (mxq pads nothing itself)"
+            )
+        return mxfp8_linear(x, self.weight, self.bias, **self.config())
 
     def extra_repr(self) -> str:
-        return (
-            f"{super().extra_repr()}, activation_quantization_backend={self.activation_quantization_backend!r}, "
-            f"x_colwise={self.x_colwise!r}, scaling_mode={self.scaling_mode!r}, gemm={self.gemm!r}"
-        )
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{super().extra_repr()}, {opts}"

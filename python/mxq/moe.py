@@ -1,0 +1,459 @@
+"""MXFP8 grouped GEMM for MoE experts: ``mxq.grouped_mm`` and the ``MXFP8GroupedExperts`` module (docs/training.md).
+
+``grouped_mm(x, w, offs)``: x (M, K) holds tokens sorted by expert, w (G, N, K) one (N, K) weight per expert, offs (G,)
+int32 the cumulative group ends along M (docs/numerics.md §6: multiples of 32, non-decreasing, at most M; equal
+neighbours are an empty group; rows past offs[-1] are the padding tail). y (M, N) bf16, y_g = x_g · W_gᵀ; tail rows of
+y are 0 and their rows of dx are 0; an empty group's dW_g is 0. Operands and layouts, per GEMM:
+
+    GEMM                         A operand                                  B operand
+    forward  y_g  = x_g · W_gᵀ    x rowwise, 1x32 along K, M-groups s_row     W_g rowwise along K (quantize_weight q_row,
+                                                                              per-expert blocked s_row)
+    dgrad    dx_g = dy_g · W_g    dy rowwise, 1x32 along N, M-groups s_row    W_g colwise along N (quantize_weight q_col,
+                                                                              per-expert blocked s_col)
+    wgrad    dW_g = dy_gᵀ · x_g   dy colwise, 32x1 along M, K-groups s_col    x colwise, 32x1 along M, K-groups s_col
+
+dy is quantized on both axes by one call (fused kernel, or the composed baseline with ``backend="composed"``; same
+bytes). W's two operands come from one ``quantize_weight`` call in forward (``weight_scaling="32x32"``, the default:
+one scale per 32x32 tile, so each weight value has one e4m3 byte used by both GEMMs; ``"1x32"``: per-axis blocks); the
+colwise one is saved for dgrad. ``scaling_mode`` ("rceil" by default) is passed explicitly to every op call.
+
+GEMM paths, chosen by a capability check of the device (never by catching a library error):
+
+- CUDA SM100+ (``gemm="auto"`` or ``"scaled_grouped_mm"``): ``torch._scaled_grouped_mm`` on the e4m3 operands with
+  these E8M0 layouts;
+- everywhere else (``gemm="auto"`` below SM100, the CPU, or ``gemm="emulated"``): each operand is dequantized by mxq's
+  own ``dequantize`` op (layout ``"m_groups"`` for rowwise token operands and for the per-expert weight scales,
+  ``"k_groups"`` for colwise token operands) and the product runs in bf16 with fp32 accumulation, through
+  ``torch._grouped_mm`` where it is available for the device (the CPU, CUDA SM90+), else one matmul per group (which
+  reads offs on the host, so it synchronizes).
+
+Expert-module interface (what :func:`mxq.nn.convert` converts; :class:`GroupedExperts` is a bf16 implementation):
+
+- ``mxq_experts``: the string ``"swiglu"`` or ``"linear"`` (class or instance attribute) — the opt-in marker;
+- parameters: ``"swiglu"``: ``w1`` (G, H, D), ``w2`` (G, D, H), ``w3`` (G, H, D); ``"linear"``: ``weight`` (G, N, K);
+  D, H, N and K multiples of 32;
+- ``forward(x, offs)``: x (M, D) sorted by expert, offs (G,) int32 as above; returns (M, D) for ``"swiglu"``,
+  ``y_g = (silu(x_g W1_gᵀ) * (x_g W3_gᵀ)) W2_gᵀ``, or (M, N) for ``"linear"``, ``y_g = x_g W_gᵀ``; rows past offs[-1]
+  give 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .linear import (
+    BACKENDS,
+    BLOCK,
+    SCALING_MODES,
+    WEIGHT_SCALINGS,
+    X_COLWISE,
+    check_choice,
+    check_multiple_of_32,
+    dual_quantize,
+    native_mx_gemm,
+    round_up,
+    weight_operands,
+)
+
+_ops = torch.ops.mxq
+GROUPED_GEMMS = ("auto", "emulated", "scaled_grouped_mm")
+EXPERT_KINDS = ("swiglu", "linear")
+
+
+# ---- capability checks ----
+
+
+def bf16_grouped_mm_available(device: torch.device) -> bool:
+    """True where torch._grouped_mm runs a bf16 grouped GEMM for ``device`` without reading offs on the host:
+    the CPU, and CUDA devices of compute capability 9.0 and above (its CUTLASS kernels)."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False
+    if device.type == "cpu":
+        return True
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def grouped_gemm_path(device: torch.device, gemm: str = "auto") -> str:
+    """The path :func:`grouped_mm` takes on ``device``: ``"scaled_grouped_mm"`` (native MXFP8, CUDA SM100+),
+    ``"emulated_grouped_mm"`` (dequantize + torch._grouped_mm) or ``"emulated_per_group"`` (dequantize + one matmul
+    per group)."""
+    if gemm == "scaled_grouped_mm" or (gemm == "auto" and native_mx_gemm(device)):
+        return "scaled_grouped_mm"
+    return "emulated_grouped_mm" if bf16_grouped_mm_available(device) else "emulated_per_group"
+
+
+# ---- masks: the tail rows and the empty groups ----
+
+
+def _tail_mask(M: int, offs: Tensor) -> Tensor:
+    """(M, 1) bool: rows inside a group (no host sync: compares with offs[-1] on the device)."""
+    return (torch.arange(M, device=offs.device, dtype=torch.int32) < offs[-1]).unsqueeze(1)
+
+
+def _zero_tail(y: Tensor, offs: Tensor) -> Tensor:
+    # torch.where, not a multiply: the GEMMs leave the tail rows unwritten (any bytes, NaN included).
+    return torch.where(_tail_mask(y.shape[0], offs), y, torch.zeros((), dtype=y.dtype, device=y.device))
+
+
+def _zero_empty_groups(dw: Tensor, offs: Tensor) -> Tensor:
+    sizes = torch.diff(offs, prepend=offs.new_zeros(1))
+    return torch.where((sizes > 0).view(-1, 1, 1), dw, torch.zeros((), dtype=dw.dtype, device=dw.device))
+
+
+# ---- bf16 grouped GEMMs (the emulation's back end, and the high-precision reference) ----
+
+
+def _bf16_grouped(a: Tensor, b: Tensor, offs: Tensor, path: str) -> Tensor:
+    """a (M, K) · b (G, K, N) -> (M, N) per group (2d-3d), or a (N, M) · b (M, K) -> (G, N, K) (2d-2d, groups along M);
+    bf16 in and out, fp32 accumulation. Tail rows / empty groups are left to the caller's masks."""
+    if path == "emulated_grouped_mm":
+        return torch._grouped_mm(a, b, offs=offs)
+    ends = [int(e) for e in offs.tolist()]  # host read: the per-group fallback synchronizes
+    starts = [0] + ends[:-1]
+    if b.dim() == 3:  # 2d-3d
+        out = a.new_zeros(a.shape[0], b.shape[-1])
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            if e > s:
+                out[s:e] = a[s:e] @ b[g]
+        return out
+    out = a.new_zeros(len(ends), a.shape[0], b.shape[-1])  # 2d-2d
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        if e > s:
+            out[g] = a[:, s:e] @ b[s:e]
+    return out
+
+
+def bf16_grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    """The high-precision grouped GEMM with :func:`grouped_mm`'s semantics (differentiable through autograd): bf16
+    y (M, N), y_g = x_g · W_gᵀ, tail rows 0. What :class:`GroupedExperts` runs and what the tests compare against."""
+    _check_grouped_args("mxq.bf16_grouped_mm", x, w, offs)
+    x = x.to(torch.bfloat16)
+    w = w.to(torch.bfloat16)
+    path = "emulated_grouped_mm" if bf16_grouped_mm_available(x.device) else "emulated_per_group"
+    if path == "emulated_grouped_mm":
+        y = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+    else:
+        ends = offs.tolist()
+        ys, start = [], 0
+        for g, end in enumerate(ends):
+            ys.append(x[start:end] @ w[g].t())
+            start = end
+        ys.append(x.new_zeros(x.shape[0] - start, w.shape[1]))
+        y = torch.cat(ys)
+    return _zero_tail(y, offs)
+
+
+# ---- MXFP8 operands ----
+
+
+def _dequantize_experts(q: Tensor, s: Tensor) -> Tensor:
+    """bf16 (G, R, C) from per-expert e4m3 data q (G, R, C) (contiguous) and per-expert blocked scales s (G regions of
+    roundup(R,128)·roundup(C/32,4) bytes, one after another): one ``dequantize`` call in the M-groups layout, whose
+    segments for offs = [R, 2R, ..., GR] are exactly these regions (the empty tail segment and the allocation's slack
+    are padded with zero bytes)."""
+    G, R, C = q.shape
+    Rp, Cp = round_up(R, 128), round_up(C // BLOCK, 4)
+    slack = round_up(G * R, 128) + 128 * G - G * Rp
+    s_u8 = s.reshape(G * Rp, Cp).view(torch.uint8)
+    s_mg = torch.cat([s_u8, s_u8.new_zeros(slack, Cp)]).view(torch.float8_e8m0fnu)
+    ends = torch.arange(1, G + 1, device=q.device, dtype=torch.int32) * R
+    return _ops.dequantize(q.reshape(G * R, C), s_mg, ends, "m_groups").view(G, R, C)
+
+
+def _fwd_gemm(q_x, s_x, q_w, s_w, offs, path):
+    """y (M, N) = x_g · W_gᵀ: x rowwise (M-groups), W rowwise (G, N, K) along K."""
+    if path == "scaled_grouped_mm":
+        # B (G, K, N) column-major: q_w.transpose(-2, -1) has strides (N·K, 1, K).
+        return torch._scaled_grouped_mm(q_x, q_w.transpose(-2, -1), s_x, s_w, offs=offs, out_dtype=torch.bfloat16)
+    x = _ops.dequantize(q_x, s_x, offs, "m_groups")
+    w = _dequantize_experts(q_w, s_w)  # (G, N, K)
+    return _bf16_grouped(x, w.transpose(-2, -1), offs, path)
+
+
+def _dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, path):
+    """dx (M, K) = dy_g · W_g: dy rowwise (M-groups), W colwise along N: q_w_col logical (G, N, K), strides
+    (N·K, 1, N) over the physical (G, K, N)."""
+    if path == "scaled_grouped_mm":
+        return torch._scaled_grouped_mm(q_dy, q_w_col, s_dy, s_w_col, offs=offs, out_dtype=torch.bfloat16)
+    dy = _ops.dequantize(q_dy, s_dy, offs, "m_groups")
+    w_t = _dequantize_experts(q_w_col.transpose(-2, -1), s_w_col)  # (G, K, N)
+    return _bf16_grouped(dy, w_t.transpose(-2, -1), offs, path)
+
+
+def _wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path):
+    """dW (G, N, K) = dy_gᵀ · x_g: dy colwise (q_dy_col.t() is (N, M)), x colwise (q_x_col logical (M, K), strides
+    (1, M)), both with K-groups scales."""
+    if path == "scaled_grouped_mm":
+        return torch._scaled_grouped_mm(q_dy_col.t(), q_x_col, s_dy_col, s_x_col, offs=offs, out_dtype=torch.bfloat16)
+    dy_t = _ops.dequantize(q_dy_col.t(), s_dy_col, offs, "k_groups")  # (N, M), tail tokens 0
+    x_t = _ops.dequantize(q_x_col.t(), s_x_col, offs, "k_groups")  # (K, M), tail tokens 0
+    return _bf16_grouped(dy_t, x_t.t(), offs, path)
+
+
+class _MXFP8GroupedMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, offs, backend, x_colwise, scaling_mode, weight_scaling, path):
+        # x (M, K), w (G, N, K): bf16 contiguous; offs (G,) int32 on x's device.
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if x_colwise == "quantized" and need_dw:
+            q_x, s_x, q_x_col, s_x_col = dual_quantize(x, backend, scaling_mode, offs)
+            x_saved = (q_x_col, s_x_col)
+        else:
+            q_x, s_x = _ops.quantize_rowwise(x, BLOCK, scaling_mode, offs)
+            x_saved = (x,) if need_dw else ()
+        q_w, s_w, q_w_col, s_w_col = weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
+        w_saved = (q_w_col, s_w_col) if need_dx else ()
+        ctx.save_for_backward(offs, *x_saved, *w_saved)
+        ctx.config = (backend, scaling_mode, path, len(x_saved), need_dx, need_dw)
+        return _zero_tail(_fwd_gemm(q_x, s_x, q_w, s_w, offs, path), offs)
+
+    @staticmethod
+    def backward(ctx, dy):
+        backend, scaling_mode, path, n_x, need_dx, need_dw = ctx.config
+        offs, *rest = ctx.saved_tensors
+        x_saved, w_saved = rest[:n_x], rest[n_x:]
+        dy = dy.to(torch.bfloat16).contiguous()
+        # dy on both axes, one call: rowwise with M-groups s_row (dgrad), colwise with K-groups s_col (wgrad).
+        q_dy, s_dy, q_dy_col, s_dy_col = dual_quantize(dy, backend, scaling_mode, offs)
+        dx = dw = None
+        if need_dx:
+            q_w_col, s_w_col = w_saved
+            dx = _zero_tail(_dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, path), offs)
+        if need_dw:
+            if len(x_saved) == 2:
+                q_x_col, s_x_col = x_saved
+            else:
+                q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, offs)
+            dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path), offs)
+        return dx, dw, None, None, None, None, None, None
+
+
+def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
+    if x.dim() != 2:
+        raise ValueError(f"{owner}: x must be 2-D (M, K) tokens sorted by expert, got shape {tuple(x.shape)}")
+    if w.dim() != 3:
+        raise ValueError(f"{owner}: w must be 3-D (G, N, K) expert weights, got shape {tuple(w.shape)}")
+    if not isinstance(offs, Tensor) or offs.dtype != torch.int32 or offs.dim() != 1:
+        what = f"{offs.dtype} tensor of shape {tuple(offs.shape)}" if isinstance(offs, Tensor) else type(offs).__name__
+        raise ValueError(f"{owner}: offs must be a 1-D int32 tensor of G cumulative group ends, got a {what}")
+    G, N, K = w.shape
+    if offs.shape[0] != G or G == 0:
+        raise ValueError(f"{owner}: offs must hold one end offset per expert (G = {G}), got {offs.shape[0]}")
+    if x.shape[1] != K:
+        raise ValueError(f"{owner}: x (M, K) and w (G, N, K) must share K, got x {tuple(x.shape)}, w {tuple(w.shape)}")
+    if offs.device != x.device or w.device != x.device:
+        raise ValueError(f"{owner}: x, w and offs must be on one device, got {x.device}, {w.device}, {offs.device}")
+    check_multiple_of_32(owner, "the token count M", x.shape[0], f" for x of shape {tuple(x.shape)}")
+    check_multiple_of_32(owner, "K", K)
+    check_multiple_of_32(owner, "N", N)
+
+
+def grouped_mm(
+    x: Tensor,
+    w: Tensor,
+    offs: Tensor,
+    *,
+    weight_scaling: str = "32x32",
+    backend: str = "fused",
+    x_colwise: str = "high_precision",
+    scaling_mode: str = "rceil",
+    gemm: str = "auto",
+) -> Tensor:
+    """MXFP8 grouped GEMM, differentiable: bf16 y (M, N) with y_g = x_g · W_gᵀ (see the module docstring).
+
+    x (M, K) tokens sorted by expert, w (G, N, K), offs (G,) int32 cumulative group ends on x's device (multiples of
+    32; empty groups and an uncovered tail allowed; the tail's output and gradient are 0). M, N, K multiples of 32.
+    x and w are cast to bf16 (inside the autograd graph, so fp32 master weights get fp32 gradients).
+
+    Options: ``weight_scaling`` "32x32" (default) or "1x32"; ``backend`` "fused" (default) or "composed" for the
+    activation/gradient dual quantization; ``x_colwise`` "high_precision" (save x, quantize it colwise in backward)
+    or "quantized" (quantize x on both axes in forward, save the colwise operand); ``scaling_mode`` "rceil" or
+    "floor"; ``gemm`` "auto", "emulated" or "scaled_grouped_mm".
+
+    offs is read on the device (no sync) except by the per-group fallback. A malformed offs raises ValueError on the
+    CPU; on the GPU the quantize kernels clamp it (call :func:`mxq.validate_offs` first for an exception).
+    Raises ValueError for a bad shape, dtype of offs, option or device mix."""
+    owner = "mxq.grouped_mm"
+    _check_grouped_args(owner, x, w, offs)
+    check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
+    check_choice(owner, "backend", backend, BACKENDS)
+    check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
+    check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
+    check_choice(owner, "gemm", gemm, GROUPED_GEMMS)
+    path = grouped_gemm_path(x.device, gemm)
+    x = x.to(torch.bfloat16).contiguous()
+    w = w.to(torch.bfloat16).contiguous()
+    return _MXFP8GroupedMM.apply(x, w, offs.contiguous(), backend, x_colwise, scaling_mode, weight_scaling, path)
+
+
+# ---- expert modules ----
+
+
+def is_expert_module(module: nn.Module) -> bool:
+    """True when ``module`` declares the expert-module interface (``mxq_experts`` in ("swiglu", "linear"))."""
+    return getattr(module, "mxq_experts", None) in EXPERT_KINDS
+
+
+def expert_parameter_names(kind: str) -> tuple[str, ...]:
+    return ("w1", "w2", "w3") if kind == "swiglu" else ("weight",)
+
+
+class GroupedExperts(nn.Module):
+    """G experts in high precision, implementing the expert-module interface (module docstring).
+
+    ``kind="swiglu"``: w1 (G, hidden_dim, dim), w2 (G, dim, hidden_dim), w3 (G, hidden_dim, dim);
+    ``y_g = (silu(x_g W1_gᵀ) * (x_g W3_gᵀ)) W2_gᵀ``, (M, dim) -> (M, dim).
+    ``kind="linear"``: weight (G, hidden_dim, dim); ``y_g = x_g W_gᵀ``, (M, dim) -> (M, hidden_dim).
+
+    forward(x, offs) with x (M, dim) sorted by expert and offs (G,) int32 cumulative group ends; tail rows give 0.
+    The products run in bf16 (fp32 accumulation) through :func:`bf16_grouped_mm`.
+    """
+
+    mxq_experts = "swiglu"
+
+    def __init__(
+        self, num_experts: int, dim: int, hidden_dim: int, *, kind: str = "swiglu", device=None, dtype=None
+    ) -> None:
+        super().__init__()
+        check_choice(type(self).__name__, "kind", kind, EXPERT_KINDS)
+        self.mxq_experts = kind
+        self.num_experts, self.dim, self.hidden_dim = num_experts, dim, hidden_dim
+        f = {"device": device, "dtype": dtype}
+        if kind == "swiglu":
+            self.w1 = nn.Parameter(torch.empty(num_experts, hidden_dim, dim, **f))
+            self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden_dim, **f))
+            self.w3 = nn.Parameter(torch.empty(num_experts, hidden_dim, dim, **f))
+        else:
+            self.weight = nn.Parameter(torch.empty(num_experts, hidden_dim, dim, **f))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        for name in expert_parameter_names(self.mxq_experts):
+            p = getattr(self, name)
+            if p.device.type != "meta":
+                nn.init.normal_(p, std=1.0 / math.sqrt(p.shape[-1]))
+
+    def _mm(self, x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+        return bf16_grouped_mm(x, w, offs)
+
+    def forward(self, x: Tensor, offs: Tensor) -> Tensor:
+        if self.mxq_experts == "linear":
+            return self._mm(x, self.weight, offs)
+        h = F.silu(self._mm(x, self.w1, offs)) * self._mm(x, self.w3, offs)
+        return self._mm(h, self.w2, offs)
+
+    def extra_repr(self) -> str:
+        return (
+            f"kind={self.mxq_experts!r}, num_experts={self.num_experts}, dim={self.dim}, hidden_dim={self.hidden_dim}"
+        )
+
+
+class MXFP8GroupedExperts(GroupedExperts):
+    """:class:`GroupedExperts` whose grouped GEMMs (forward, dgrad, wgrad) run on MXFP8 operands through
+    :func:`grouped_mm`. dim and hidden_dim must be multiples of 32 (ValueError here), and so must every group size
+    and the token count at every call.
+
+    Options as :func:`grouped_mm`: weight_scaling ("32x32" default, "1x32"), backend ("fused" default, "composed"),
+    x_colwise, scaling_mode ("rceil" default), gemm ("auto" default)."""
+
+    def __init__(
+        self,
+        num_experts: int,
+        dim: int,
+        hidden_dim: int,
+        *,
+        kind: str = "swiglu",
+        device=None,
+        dtype=None,
+        weight_scaling: str = "32x32",
+        backend: str = "fused",
+        x_colwise: str = "high_precision",
+        scaling_mode: str = "rceil",
+        gemm: str = "auto",
+    ) -> None:
+        owner = "MXFP8GroupedExperts"
+        check_multiple_of_32(owner, "dim", dim)
+        check_multiple_of_32(owner, "hidden_dim", hidden_dim)
+        check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
+        check_choice(owner, "backend", backend, BACKENDS)
+        check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
+        check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
+        check_choice(owner, "gemm", gemm, GROUPED_GEMMS)
+        super().__init__(num_experts, dim, hidden_dim, kind=kind, device=device, dtype=dtype)
+        self.weight_scaling = weight_scaling
+        self.backend = backend
+        self.x_colwise = x_colwise
+        self.scaling_mode = scaling_mode
+        self.gemm = gemm
+
+    def config(self) -> dict:
+        return {
+            "weight_scaling": self.weight_scaling,
+            "backend": self.backend,
+            "x_colwise": self.x_colwise,
+            "scaling_mode": self.scaling_mode,
+            "gemm": self.gemm,
+        }
+
+    @classmethod
+    def from_experts(cls, experts: nn.Module, *, share_parameters: bool = False, **kwargs) -> MXFP8GroupedExperts:
+        """An MXFP8GroupedExperts holding ``experts``' parameters (any module with the expert-module interface):
+        copies (default), or with ``share_parameters=True`` the same Parameter objects (what convert does)."""
+        kind = getattr(experts, "mxq_experts", None)
+        if kind not in EXPERT_KINDS:
+            raise ValueError(
+                f'MXFP8GroupedExperts.from_experts: the module must declare mxq_experts = "swiglu" or "linear", '
+                f"got {kind!r}"
+            )
+        dims = expert_dims(experts)
+        params = {n: getattr(experts, n) for n in expert_parameter_names(kind)}
+        first = next(iter(params.values()))
+        m = cls(
+            *dims,
+            kind=kind,
+            device="meta" if share_parameters else first.device,
+            dtype=first.dtype,
+            **kwargs,
+        )
+        for n, p in params.items():
+            if share_parameters:
+                setattr(m, n, p)
+            else:
+                with torch.no_grad():
+                    getattr(m, n).copy_(p)
+        return m
+
+    def _mm(self, x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+        return grouped_mm(x, w, offs, **self.config())
+
+    def extra_repr(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{super().extra_repr()}, {opts}"
+
+
+def expert_dims(experts: nn.Module) -> tuple[int, int, int]:
+    """(num_experts, dim, hidden_dim) of a module with the expert-module interface, read from its parameters;
+    ValueError if they are missing, not 3-D or inconsistent."""
+    kind = getattr(experts, "mxq_experts", None)
+    names = expert_parameter_names(kind)
+    shapes = {}
+    for n in names:
+        p = getattr(experts, n, None)
+        if not isinstance(p, Tensor) or p.dim() != 3:
+            got = "missing" if p is None else f"shape {tuple(p.shape)}" if isinstance(p, Tensor) else type(p).__name__
+            raise ValueError(f"expert module ({kind}): parameter {n} must be a 3-D tensor, got {got}")
+        shapes[n] = tuple(p.shape)
+    if kind == "linear":
+        G, H, D = shapes["weight"]
+        return G, D, H
+    G, H, D = shapes["w1"]
+    if shapes["w3"] != (G, H, D) or shapes["w2"] != (G, D, H):
+        raise ValueError(
+            f"expert module (swiglu): w1 (G, H, D), w2 (G, D, H) and w3 (G, H, D) must agree, got w1 {shapes['w1']}, "
+            f"w2 {shapes['w2']}, w3 {shapes['w3']}"
+        )
+    return G, D, H
