@@ -4,10 +4,13 @@
     python benchmarks/plot.py benchmarks/results/nvidia-h200_2026-12-03.json            # -> same name .png
     python benchmarks/plot.py RESULTS.json -o chart.png --no-peers
 
-Panels: dense dual-axis quantization per shape, grouped (MoE) dual-axis per shape and group count, and the
-single-axis / helper ops. Dual-axis bars are *effective* TB/s (fused bytes, ~4.06 B/elem, over time) so fused,
-composed and the peers compare on the same work; the other ops use their own bytes (tools/traffic.h). The black
-tick over each group is the copy roof (cudaMemcpy, bytes read + written) measured in the same run.
+Panels, from the case sets of the run (`mxq bench --sets`): the main set's dense dual-axis quantization per
+shape, its grouped (MoE) dual-axis per shape and group count, and its single-axis ops; then, when the run has
+them, ragged shapes next to their aligned neighbours, grouped splits (random, even, skewed) at one shape, the
+input dtypes, and expert weights. Dual-axis bars are *effective* TB/s (fused bytes, ~4.06 B/elem for bf16, over
+time) so fused, composed and the peers compare on the same work; the other ops use their own bytes
+(tools/traffic.h). The black tick over each group is the copy roof (cudaMemcpy, bytes read + written) measured
+in the same run. Reads both result schemas (mxq-bench/1 rows have no set: they are the main set, bf16).
 Needs matplotlib (pip install matplotlib).
 """
 
@@ -55,10 +58,20 @@ COLORS = {
     "torch.compile": "#c9c9c9",
     "rowwise": "#2a9d8f",
     "colwise": "#8ab17d",
-    "swizzle": "#e9c46a",
     "dequantize": "#b56576",
+    "1x32": "#2a9d8f",
+    "32x32": "#1f6fb4",
 }
-SINGLE_OPS = ["rowwise", "colwise", "swizzle", "dequantize"]
+SINGLE_OPS = ["rowwise", "colwise", "dequantize"]
+# Series of the set panels: dual-axis ops at effective TB/s, the others at their own bytes.
+SET_SERIES = {
+    "fused": "mxq fused",
+    "composed": "mxq composed",
+    "rowwise": "rowwise",
+    "colwise": "colwise",
+    "dequantize": "dequantize",
+}
+SERIES_ORDER = ["mxq fused", "mxq composed", "rowwise", "colwise", "dequantize"]
 
 
 def load(path: Path) -> dict:
@@ -69,13 +82,51 @@ def load(path: Path) -> dict:
     return data
 
 
+def normalize(rows: list[dict]) -> list[dict]:
+    """Fill in the fields a mxq-bench/1 file lacks: its rows are the main set, bf16, random groups."""
+    out = []
+    for r in rows:
+        r = dict(r)
+        r.setdefault("set", "main")
+        r.setdefault("dtype", "bf16")
+        r.setdefault("groups_kind", "random" if r["groups"] else "dense")
+        out.append(r)
+    return out
+
+
 def shape_order(rows: list[dict]) -> list[tuple[int, int]]:
     """Shapes in the order the run measured them."""
     return list(OrderedDict(((r["M"], r["K"]), None) for r in rows))
 
 
+def main_dtype(rows: list[dict]) -> str:
+    """The input dtype of the main set (`mxq bench --dtype`, bf16 by default)."""
+    return next((r["dtype"] for r in rows if r["set"] == "main"), "bf16")
+
+
 def index_rows(rows: list[dict]) -> dict:
-    return {(r["op"], r["M"], r["K"], r["groups"]): r for r in rows}
+    """The main set's rows (the panels the first schema had), keyed (op, M, K, groups)."""
+    dtype = main_dtype(rows)
+    return {
+        (r["op"], r["M"], r["K"], r["groups"]): r
+        for r in rows
+        if r["set"] == "main" and r["dtype"] == dtype and r["groups_kind"] in ("dense", "random")
+    }
+
+
+def value(row: dict | None) -> float | None:
+    """The bar height of a set panel: effective TB/s for the dual-axis ops, own-bytes TB/s otherwise."""
+    if row is None:
+        return None
+    return row["effective_TBps"] if row["op"] in ("fused", "composed") else row["TBps"]
+
+
+def grouping_label(r: dict) -> str:
+    """'dense', 'G=8', 'G=8 even', 'G=8 skew' (as `mxq bench` prints them)."""
+    kind = r["groups_kind"]
+    if kind == "dense":
+        return "dense"
+    return f"G={r['groups']}" + ("" if kind == "random" else " " + ("skew" if kind == "skewed" else kind))
 
 
 def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12):
@@ -148,13 +199,13 @@ def dense_panel(ax, data, by_key, peers):
         series,
         roofs,
         "effective TB/s (4.06 B/elem)",
-        "Dense dual-axis MXFP8 (all four outputs), bf16 in",
+        f"Dense dual-axis MXFP8 (all four outputs), {main_dtype(data['rows'])} in",
     )
 
 
 def grouped_panel(ax, data, by_key, peers):
     keys = sorted(
-        {(r["M"], r["K"], r["groups"]) for r in data["rows"] if r["groups"] > 0 and r["op"] in ("fused", "composed")},
+        {(m, k, g) for (op, m, k, g) in by_key if g > 0 and op in ("fused", "composed")},
         key=lambda t: (shape_order(data["rows"]).index((t[0], t[1])), t[2]),
     )
     labels = [f"G={g}" for m, k, g in keys]
@@ -175,7 +226,8 @@ def grouped_panel(ax, data, by_key, peers):
         series,
         roofs,
         "effective TB/s (4.06 B/elem)",
-        "Grouped (MoE) dual-axis: M-groups s_row, K-groups s_col; random 128-multiple groups, an empty one, a tail",
+        "Grouped (MoE) dual-axis: M-groups s_row, K-groups s_col; random group sizes (multiples of 32 since "
+        "mxq-bench/2, of 128 before), an empty one, a tail",
         legend_y=-0.16,
     )
     # The shape once under its group counts.
@@ -214,7 +266,86 @@ def single_panel(ax, data, by_key):
         series,
         roofs,
         "TB/s (own bytes)",
-        "Single-axis and helper ops, dense (rowwise 1x32, colwise 32x1, scale swizzle, dequantize)",
+        "Single-axis ops and dequantize, dense (rowwise 1x32, colwise 32x1 with blocked scales, dequantize to bf16)",
+    )
+
+
+def set_panel(ax, rows, labels_of, title, series_names=None, legend_y=-0.14):
+    """Bars of one case set: one group per label (in run order), one bar per series, the roof tick per group.
+    `labels_of(row)` gives a row's (label, series name), or None to leave the row out."""
+    groups: OrderedDict = OrderedDict()
+    for r in rows:
+        picked = labels_of(r)
+        if picked is None:
+            continue
+        label, name = picked
+        groups.setdefault(label, {})[name] = r
+    if not groups:
+        ax.set_visible(False)
+        return False
+    present = {n for by_name in groups.values() for n in by_name}
+    names = series_names or [n for n in SERIES_ORDER if n in present]
+    series = {n: [value(groups[label].get(n)) for label in groups] for n in names}
+    roofs = [max(r["roof_TBps"] for r in by_name.values()) for by_name in groups.values()]
+    draw_groups(ax, list(groups), series, roofs, "TB/s (fused, composed: effective)", title, legend_y=legend_y)
+    return True
+
+
+def ragged_panel(ax, rows):
+    def pick(r):
+        if r["set"] != "ragged" or r["op"] not in SET_SERIES:
+            return None
+        ragged = "" if r.get("aligned128", True) else " (ragged)"
+        return f"{r['M']}x{r['K']}{ragged}", SET_SERIES[r["op"]]
+
+    return set_panel(
+        ax,
+        rows,
+        pick,
+        "Ragged shapes (multiples of 32, not of 128) next to their aligned neighbours",
+        legend_y=-0.2,
+    )
+
+
+def grouped_set_panel(ax, rows):
+    def pick(r):
+        if r["set"] != "grouped" or r["op"] not in SET_SERIES:
+            return None
+        return grouping_label(r), SET_SERIES[r["op"]]
+
+    shape = next((f"{r['M']}x{r['K']}" for r in rows if r["set"] == "grouped"), "")
+    return set_panel(
+        ax,
+        rows,
+        pick,
+        f"Group splits at {shape}: random (empty group, tail), even, skewed (one group 90%)",
+        legend_y=-0.2,
+    )
+
+
+def dtype_panel(ax, rows):
+    def pick(r):
+        if r["set"] != "dtypes" or r["op"] not in SET_SERIES:
+            return None
+        return r["dtype"], SET_SERIES[r["op"]]
+
+    shape = next((f"{r['M']}x{r['K']}" for r in rows if r["set"] == "dtypes"), "")
+    return set_panel(ax, rows, pick, f"Input dtype at {shape}, dense (fp32 reads 4 B/elem)", legend_y=-0.2)
+
+
+def weight_panel(ax, rows):
+    def pick(r):
+        if r["set"] != "weights" or r["op"] != "weight":
+            return None
+        return f"{r['experts']}x{r['N']}x{r['K']}", r["scaling"]
+
+    return set_panel(
+        ax,
+        rows,
+        pick,
+        "Expert weights W (G x N x K), bf16, both axes: 1x32 and 32x32 scaling",
+        series_names=["1x32", "32x32"],
+        legend_y=-0.2,
     )
 
 
@@ -231,14 +362,28 @@ def main() -> int:
     import matplotlib.pyplot as plt
 
     data = load(args.results)
-    by_key = index_rows(data["rows"])
+    data["rows"] = normalize(data["rows"])
+    rows = data["rows"]
+    by_key = index_rows(rows)
     gpu = data.get("gpu", {})
-    peers = not args.no_peers and "H200" in gpu.get("name", "")
+    # The peers were measured on bf16 input.
+    peers = not args.no_peers and "H200" in gpu.get("name", "") and main_dtype(rows) == "bf16"
 
-    fig, axes = plt.subplots(3, 1, figsize=(16, 15), gridspec_kw={"height_ratios": [1, 1.2, 1]})
-    dense_panel(axes[0], data, by_key, peers)
-    grouped_panel(axes[1], data, by_key, peers)
-    single_panel(axes[2], data, by_key)
+    sets = {r["set"] for r in rows}
+    extra_rows = (1 if sets & {"ragged", "grouped"} else 0) + (1 if sets & {"dtypes", "weights"} else 0)
+    fig = plt.figure(figsize=(16, 15 + 5.5 * extra_rows))
+    grid = fig.add_gridspec(3 + extra_rows, 2, height_ratios=[1, 1.2, 1] + [1] * extra_rows)
+    dense_panel(fig.add_subplot(grid[0, :]), data, by_key, peers)
+    grouped_panel(fig.add_subplot(grid[1, :]), data, by_key, peers)
+    single_panel(fig.add_subplot(grid[2, :]), data, by_key)
+    row = 3
+    if sets & {"ragged", "grouped"}:
+        ragged_panel(fig.add_subplot(grid[row, 0]), rows)
+        grouped_set_panel(fig.add_subplot(grid[row, 1]), rows)
+        row += 1
+    if sets & {"dtypes", "weights"}:
+        dtype_panel(fig.add_subplot(grid[row, 0]), rows)
+        weight_panel(fig.add_subplot(grid[row, 1]), rows)
     note = f"peers: {PEERS_SOURCE} (same GPU kind, same method)" if peers else "peers not shown"
     fig.suptitle(
         f"mxq bench on {gpu.get('name', '?')}, driver {gpu.get('driver', '?')}, commit "

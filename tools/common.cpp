@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <iomanip>
@@ -96,8 +97,73 @@ Phase::~Phase() {
   if (open_) std::cerr << " failed\n" << std::flush;
 }
 
-std::vector<uint16_t> random_bf16(const MatrixShape& shape, uint64_t seed) {
-  std::vector<uint16_t> x(static_cast<size_t>(shape.elements()));
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kFloat32:
+      return "fp32";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(const std::string& name) {
+  for (DType t : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
+    if (name == dtype_name(t)) return t;
+  }
+  return std::nullopt;
+}
+
+uint16_t f16_from_f32(float f) {
+  const uint32_t bits = f32_bits(f);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  const uint32_t mag = bits & 0x7FFFFFFFu;
+  if (mag > 0x7F800000u) return uint16_t(sign | 0x7E00u);  // NaN
+  // 65520 (0x477FF000) is halfway between 65504 (mantissa 0x3FF, odd) and 2^16: it and everything
+  // above round to Inf.
+  if (mag >= 0x477FF000u) return uint16_t(sign | 0x7C00u);
+  if (mag < 0x38800000u) {
+    // Below 2^-14, fp16 is subnormal: codes are multiples of 2^-24. a * 2^24 is exact and < 1024;
+    // adding 2^23 leaves exactly its round-to-nearest-even integer (code 1024 is the min normal).
+    volatile float sum = f32_from_bits(mag) * 16777216.0f + 8388608.0f;
+    const float rounded = sum - 8388608.0f;
+    return uint16_t(sign | uint16_t(rounded));
+  }
+  // Normal: keep 10 mantissa bits with RNE on the whole magnitude (a carry moves into the exponent),
+  // then rebias the exponent from 127 to 15.
+  const uint32_t rounded = (mag + 0xFFFu + ((mag >> 13) & 1u)) >> 13;
+  return uint16_t(sign | uint16_t(rounded - (112u << 10)));
+}
+
+namespace {
+
+void store(std::vector<uint8_t>& x, DType dtype, size_t index, uint32_t bits) {
+  if (dtype == DType::kFloat32) {
+    std::memcpy(&x[4 * index], &bits, 4);
+  } else {
+    const uint16_t half = static_cast<uint16_t>(bits);
+    std::memcpy(&x[2 * index], &half, 2);
+  }
+}
+
+uint32_t encode(float v, DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return f32_bits(v);
+    case DType::kFloat16:
+      return f16_from_f32(v);
+    case DType::kBFloat16:
+      break;
+  }
+  return bf16_from_f32(v);
+}
+
+}  // namespace
+
+std::vector<uint8_t> random_input(const MatrixShape& shape, DType dtype, uint64_t seed) {
+  std::vector<uint8_t> x(static_cast<size_t>(shape.elements()) * size_t(dtype_bytes(dtype)));
   const int64_t tile_cols = ceil_div(shape.K, kBlock);
   Rng rng(seed);
   // One exponent per 32x32 tile, in [-12, 12].
@@ -113,18 +179,61 @@ std::vector<uint16_t> random_bf16(const MatrixShape& shape, uint64_t seed) {
       const uint64_t bits = rng.next();
       const float u =
           static_cast<float>(static_cast<int64_t>(bits >> 40) - (1 << 23)) / float(1 << 23);
-      x[static_cast<size_t>(m * shape.K + k)] =
-          bf16_from_f32(std::ldexp(u, row_exp[k / kBlock] + row_shift));
+      const float v = std::ldexp(u, row_exp[k / kBlock] + row_shift);
+      store(x, dtype, static_cast<size_t>(m * shape.K + k), encode(v, dtype));
     }
   }
   return x;
+}
+
+std::vector<Special> add_specials(std::vector<uint8_t>& x, const MatrixShape& shape, DType dtype,
+                                  uint64_t seed) {
+  struct Bits {
+    const char* name;
+    uint32_t bf16, fp16, fp32;
+  };
+  static constexpr Bits kSpecials[] = {
+      {"NaN", 0x7FC0, 0x7E00, 0x7FC00000},           {"+Inf", 0x7F80, 0x7C00, 0x7F800000},
+      {"-Inf", 0xFF80, 0xFC00, 0xFF800000},          {"-0", 0x8000, 0x8000, 0x80000000},
+      {"min subnormal", 0x0001, 0x0001, 0x00000001}, {"max finite", 0x7F7F, 0x7BFF, 0x7F7FFFFF},
+      {"-max finite", 0xFF7F, 0xFBFF, 0xFF7FFFFF},
+  };
+  std::vector<Special> placed;
+  if (shape.elements() == 0) return placed;
+  Rng rng(seed ^ 0x5BEC1A15ull);
+  for (const Bits& b : kSpecials) {
+    const int64_t index = rng.uniform(0, shape.elements() - 1);
+    const uint32_t bits =
+        dtype == DType::kFloat32 ? b.fp32 : (dtype == DType::kFloat16 ? b.fp16 : b.bf16);
+    store(x, dtype, static_cast<size_t>(index), bits);
+    // A later special at the same element replaces the earlier one.
+    placed.erase(std::remove_if(placed.begin(), placed.end(),
+                                [&](const Special& s) { return s.index == index; }),
+                 placed.end());
+    placed.push_back({b.name, index});
+  }
+  std::sort(placed.begin(), placed.end(),
+            [](const Special& a, const Special& b) { return a.index < b.index; });
+  return placed;
+}
+
+float input_value(const std::vector<uint8_t>& x, DType dtype, int64_t index) {
+  const size_t i = static_cast<size_t>(index);
+  if (dtype == DType::kFloat32) {
+    float f;
+    std::memcpy(&f, &x[4 * i], 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, &x[2 * i], 2);
+  return dtype == DType::kFloat16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
 std::vector<int32_t> random_group_offsets(int64_t M, int num_groups, uint64_t seed) {
   if (num_groups < 1)
     throw std::invalid_argument("groups must be >= 1, got " + std::to_string(num_groups));
   Rng rng(seed ^ 0xA11CEull);
-  const int64_t units = M / kGroupAlign;  // rows in steps of 128
+  const int64_t units = M / kGroupAlign;  // rows in steps of kGroupAlign (32)
   const int64_t tail = units >= 2 ? rng.uniform(1, std::max<int64_t>(1, units / 8)) : 0;
   const int64_t covered = units - tail;
   // G-1 sorted cut points in [0, covered]; the last group ends at `covered` (the tail follows it).
@@ -140,6 +249,48 @@ std::vector<int32_t> random_group_offsets(int64_t M, int num_groups, uint64_t se
   }
   std::vector<int32_t> offs(static_cast<size_t>(num_groups));
   for (size_t g = 0; g < offs.size(); ++g) offs[g] = static_cast<int32_t>(ends[g] * kGroupAlign);
+  return offs;
+}
+
+std::vector<int32_t> even_group_offsets(int64_t M, int num_groups) {
+  if (num_groups < 1)
+    throw std::invalid_argument("groups must be >= 1, got " + std::to_string(num_groups));
+  std::vector<int32_t> offs(static_cast<size_t>(num_groups));
+  for (int g = 0; g < num_groups; ++g) {
+    const int64_t end =
+        g + 1 == num_groups ? M : (g + 1) * M / num_groups / kGroupAlign * kGroupAlign;
+    offs[static_cast<size_t>(g)] = static_cast<int32_t>(end);
+  }
+  return offs;
+}
+
+std::vector<int32_t> skewed_group_offsets(int64_t M, int num_groups, double share, uint64_t seed) {
+  if (num_groups < 1)
+    throw std::invalid_argument("groups must be >= 1, got " + std::to_string(num_groups));
+  Rng rng(seed ^ 0x5CE3ull);
+  const int64_t units = M / kGroupAlign;
+  const int64_t big =
+      num_groups == 1 ? units : std::clamp<int64_t>(std::llround(share * double(units)), 0, units);
+  const int big_group = static_cast<int>(rng.uniform(0, num_groups - 1));
+  // The rest, in units, cut at G-2 sorted random points among the other G-1 groups.
+  const int64_t rest = units - big;
+  std::vector<int64_t> cuts;
+  for (int g = 0; g + 2 < num_groups; ++g) cuts.push_back(rng.uniform(0, rest));
+  std::sort(cuts.begin(), cuts.end());
+  cuts.push_back(rest);
+  std::vector<int32_t> offs;
+  int64_t end = 0;
+  int64_t prev_cut = 0;
+  size_t next = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    if (g == big_group) {
+      end += big;
+    } else {
+      end += cuts[next] - prev_cut;
+      prev_cut = cuts[next++];
+    }
+    offs.push_back(static_cast<int32_t>(end * kGroupAlign));
+  }
   return offs;
 }
 

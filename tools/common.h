@@ -3,9 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "mxq/numerics.h"
 
 namespace mxq::tools {
 
@@ -28,7 +31,7 @@ class ToolError : public std::runtime_error {
   int exit_code_;
 };
 
-// A logical bf16 (M, K) input shape, written "MxK" on the command line.
+// A logical (M, K) input shape, written "MxK" on the command line.
 struct MatrixShape {
   int64_t M = 0;
   int64_t K = 0;
@@ -82,15 +85,48 @@ class Rng {
   uint64_t state_;
 };
 
-// Random bf16 bits, row-major (M, K): uniform in (-1, 1) times 2^(e_tile + e_row), e_tile drawn per
-// 32x32 tile from [-12, 12] and e_row per row from [-4, 0], so that neighbouring blocks of both
-// axes get different scale bytes and a row block's scale differs from those of the column blocks
-// crossing it.
-std::vector<uint16_t> random_bf16(const MatrixShape& shape, uint64_t seed);
+// Input element types by their command-line names: "bf16", "fp16", "fp32".
+const char* dtype_name(DType dtype);
+std::optional<DType> parse_dtype(const std::string& name);
+constexpr const char* kDtypeNames = "bf16|fp16|fp32";
 
-// G cumulative end offsets for grouped (MoE) mode: random group sizes that are multiples of 128, at
-// least one empty group when G >= 2, and an uncovered tail when M >= 256 (offs[G-1] < M). SPEC §6.
+// fp32 -> fp16 bits, round to nearest even (subnormals kept, overflow to Inf, NaN to 0x7E00).
+uint16_t f16_from_f32(float f);
+
+// Random input of `dtype`, row-major (M, K), as raw element bytes (dtype_bytes(dtype) each; the
+// vector's storage is 16-byte aligned). Values: uniform in (-1, 1) times 2^(e_tile + e_row), e_tile
+// drawn per 32x32 tile from [-12, 12] and e_row per row from [-4, 0], so that neighbouring blocks of
+// both axes get different scale bytes and a row block's scale differs from those of the column
+// blocks crossing it. The same fp32 values for every dtype (the same seed), rounded to nearest even
+// for bf16 and fp16 (the smallest magnitudes become fp16 subnormals or signed zeros); fp32 keeps
+// them exactly. No NaN or Inf: add_specials puts those in.
+std::vector<uint8_t> random_input(const MatrixShape& shape, DType dtype, uint64_t seed);
+
+// One special value placed by add_specials.
+struct Special {
+  const char* name;  // "NaN", "+Inf", "-0", "min subnormal", "max finite", ...
+  int64_t index;     // element index m * K + k
+};
+// Overwrites a few elements of x (random_input's layout) with the specials of its dtype: NaN, +Inf,
+// -Inf, -0, the smallest subnormal and the largest finite value (both signs). Each goes into its
+// own random element; on a tiny tensor later ones may overwrite earlier ones (only the survivors
+// are returned, in index order).
+std::vector<Special> add_specials(std::vector<uint8_t>& x, const MatrixShape& shape, DType dtype,
+                                  uint64_t seed);
+
+// Element `index` of x (random_input's layout), widened exactly to fp32.
+float input_value(const std::vector<uint8_t>& x, DType dtype, int64_t index);
+
+// G cumulative end offsets for grouped (MoE) mode: random group sizes that are multiples of 32
+// (kGroupAlign), at least one empty group when G >= 2, and an uncovered tail when M >= 64
+// (offs[G-1] < M). docs/numerics.md §6.
 std::vector<int32_t> random_group_offsets(int64_t M, int num_groups, uint64_t seed);
+// G groups of (nearly) equal size covering all of M: group g ends at roundown((g+1)M/G, 32), the
+// last at M. No tail.
+std::vector<int32_t> even_group_offsets(int64_t M, int num_groups);
+// One group (a random one) holding `share` of M's rows (rounded to a multiple of 32), the other
+// G-1 groups random 32-multiples of the rest (some may be empty); covers all of M, no tail.
+std::vector<int32_t> skewed_group_offsets(int64_t M, int num_groups, double share, uint64_t seed);
 std::string describe_groups(const std::vector<int32_t>& offs, int64_t M);
 
 double median(std::vector<double> values);

@@ -1,6 +1,6 @@
-// `mxq demo`: one random tensor through the CPU reference and, where a GPU is present, the fused
-// and composed GPU paths; every GPU output compared byte for byte with the reference (SPEC §8), a
-// few values decoded.
+// `mxq demo`: one random tensor (bf16, fp16 or fp32, with a few special values) through the CPU
+// reference and, where a GPU is present, the fused and composed GPU paths; every GPU output compared
+// byte for byte with the reference (docs/numerics.md §7), a few values decoded.
 #include "demo.h"
 
 #include <algorithm>
@@ -19,14 +19,14 @@
 namespace mxq::tools {
 
 double QuantizeOutputs::bytes(const MatrixShape& s, int64_t groups) {
-  return double(q_row_shape(s.M, s.K).bytes()) + double(s_row_shape(s.M, s.K).bytes()) +
+  return double(q_row_shape(s.M, s.K).bytes()) + double(s_row_shape(s.M, s.K, groups).bytes()) +
          double(q_col_shape(s.M, s.K).bytes()) + double(s_col_shape(s.M, s.K, groups).bytes());
 }
 
 QuantizeOutputs QuantizeOutputs::allocate(const MatrixShape& s, int64_t groups) {
   QuantizeOutputs out;
   out.q_row.resize(static_cast<size_t>(q_row_shape(s.M, s.K).bytes()));
-  out.s_row.resize(static_cast<size_t>(s_row_shape(s.M, s.K).bytes()));
+  out.s_row.resize(static_cast<size_t>(s_row_shape(s.M, s.K, groups).bytes()));
   out.q_col.resize(static_cast<size_t>(q_col_shape(s.M, s.K).bytes()));
   out.s_col.resize(static_cast<size_t>(s_col_shape(s.M, s.K, groups).bytes()));
   return out;
@@ -34,7 +34,7 @@ QuantizeOutputs QuantizeOutputs::allocate(const MatrixShape& s, int64_t groups) 
 
 std::vector<OutputView> views(const QuantizeOutputs& out, const MatrixShape& s, int64_t groups) {
   return {{"q_row", q_row_shape(s.M, s.K), &out.q_row},
-          {"s_row", s_row_shape(s.M, s.K), &out.s_row},
+          {"s_row", s_row_shape(s.M, s.K, groups), &out.s_row},
           {"q_col", q_col_shape(s.M, s.K), &out.q_col},
           {"s_col", s_col_shape(s.M, s.K, groups), &out.s_col}};
 }
@@ -77,10 +77,10 @@ std::string hex(uint8_t b) {
   return os.str();
 }
 
-// ---- where a colwise scale byte lives ----
+// ---- where a scale byte lives (layout.h, docs/numerics.md §5-§6) ----
 // Byte offset of S_col[k, i] (scale column i covers rows 32i..32i+31) in s_col, or nothing when
 // those rows are in the uncovered tail of grouped mode (their colwise scales are zeroed, not
-// placed; SPEC §6).
+// placed).
 std::optional<int64_t> s_col_offset(int64_t k, int64_t i, const DemoInput& in) {
   if (in.offs.empty()) return blocked_offset(k, i, in.shape.M / kBlock);
   KGroup group{};
@@ -91,8 +91,19 @@ std::optional<int64_t> s_col_offset(int64_t k, int64_t i, const DemoInput& in) {
   return std::nullopt;
 }
 
+// Byte offset of S_row[m, j] in s_row: dense blocked, or the M-groups layout (each group's rows,
+// then the uncovered tail's, blocked on their own from a 128-row boundary).
 int64_t s_row_offset(int64_t m, int64_t j, const DemoInput& in) {
-  return blocked_offset(m, j, in.shape.K / kBlock);
+  const int64_t cols = in.shape.K / kBlock;
+  if (in.offs.empty()) return blocked_offset(m, j, cols);
+  MSegment segment{};
+  for (size_t h = 0; h <= in.offs.size(); ++h) {  // h = G: the tail
+    segment = next_msegment(segment, h < in.offs.size() ? in.offs[h] : in.shape.M);
+    if (m >= segment.row_begin && m < segment.row_begin + segment.rows) {
+      return segment.offset(m, j, cols);
+    }
+  }
+  throw std::logic_error("row outside every M-groups segment");  // offs ends past M: not made here
 }
 
 // ---- the input and the reference ----
@@ -100,7 +111,9 @@ DemoInput make_input(const DemoOptions& o) {
   DemoInput in;
   in.shape = o.shape;
   in.rule = parse_scale_rounding(o.rule);
-  in.x = random_bf16(o.shape, o.seed);
+  in.dtype = o.dtype;
+  in.x = random_input(o.shape, o.dtype, o.seed);
+  in.specials = add_specials(in.x, o.shape, o.dtype, o.seed);
   if (o.groups > 0) in.offs = random_group_offsets(o.shape.M, o.groups, o.seed);
   return in;
 }
@@ -116,6 +129,7 @@ CpuRun run_reference(const DemoInput& in) {
   int32_t status = 0;
   QuantizeParams p;
   p.x = in.x.data();
+  p.dtype = in.dtype;
   p.M = in.shape.M;
   p.K = in.shape.K;
   p.rounding = in.rule;
@@ -133,28 +147,37 @@ CpuRun run_reference(const DemoInput& in) {
   return run;
 }
 
-// Recomputes `blocks` random blocks of each axis straight from numerics.h (quantize_block) and
-// looks their bytes up through layout.h: checks the reference's placement independently of its
-// loops.
+// Recomputes `blocks` random blocks of each axis straight from numerics.h (quantize_block_f32 on
+// the widened values) and looks their bytes up through layout.h: checks the reference's placement
+// independently of its loops. Blocks holding a special value are always among them.
 int64_t spot_check(const DemoInput& in, const QuantizeOutputs& out, int blocks, uint64_t seed) {
   const int64_t M = in.shape.M;
   const int64_t K = in.shape.K;
   Rng rng(seed ^ 0x5B07ull);
   int64_t bad = 0;
+  float v[kBlock];
   uint8_t q[kBlock];
-  for (int b = 0; b < blocks; ++b) {
-    // Rowwise block: row m, scale column j.
-    const int64_t m = rng.uniform(0, M - 1);
-    const int64_t j = rng.uniform(0, K / kBlock - 1);
-    const uint8_t s_row = quantize_block(&in.x[size_t(m * K + j * kBlock)], 1, in.rule, q);
-    bad += out.s_row[size_t(s_row_offset(m, j, in))] != s_row;
+  // Rowwise block: row m, scale column j (columns 32j..32j+31).
+  auto row_block = [&](int64_t m, int64_t j) {
+    for (int t = 0; t < kBlock; ++t) v[t] = in.value(m, j * kBlock + t);
+    const uint8_t s = quantize_block_f32(v, in.rule, q);
+    bad += out.s_row[size_t(s_row_offset(m, j, in))] != s;
     for (int t = 0; t < kBlock; ++t) bad += out.q_row[size_t(m * K + j * kBlock + t)] != q[t];
-    // Colwise block: column k, scale column i (rows 32i..32i+31).
-    const int64_t k = rng.uniform(0, K - 1);
-    const int64_t i = rng.uniform(0, M / kBlock - 1);
-    const uint8_t s_col = quantize_block(&in.x[size_t(i * kBlock * K + k)], K, in.rule, q);
-    if (const auto at = s_col_offset(k, i, in)) bad += out.s_col[size_t(*at)] != s_col;
+  };
+  // Colwise block: column k, scale column i (rows 32i..32i+31).
+  auto col_block = [&](int64_t k, int64_t i) {
+    for (int t = 0; t < kBlock; ++t) v[t] = in.value(i * kBlock + t, k);
+    const uint8_t s = quantize_block_f32(v, in.rule, q);
+    if (const auto at = s_col_offset(k, i, in)) bad += out.s_col[size_t(*at)] != s;
     for (int t = 0; t < kBlock; ++t) bad += out.q_col[size_t(k * M + i * kBlock + t)] != q[t];
+  };
+  for (const Special& sp : in.specials) {
+    row_block(sp.index / K, sp.index % K / kBlock);
+    col_block(sp.index % K, sp.index / K / kBlock);
+  }
+  for (int b = 0; b < blocks; ++b) {
+    row_block(rng.uniform(0, M - 1), rng.uniform(0, K / kBlock - 1));
+    col_block(rng.uniform(0, K - 1), rng.uniform(0, M / kBlock - 1));
   }
   return bad;
 }
@@ -172,10 +195,14 @@ std::string value_text(double v) {
 }
 
 // The elements print_samples shows: corners and a few interior points, clamped into the tensor
-// (a 32x32 input has no column 33) and without repeats (on a small tensor several picks coincide).
-std::vector<std::pair<int64_t, int64_t>> sample_points(int64_t M, int64_t K) {
-  const std::pair<int64_t, int64_t> wanted[] = {
+// (a 32x32 input has no column 33), then the special values, without repeats (on a small tensor
+// several picks coincide).
+std::vector<std::pair<int64_t, int64_t>> sample_points(const DemoInput& in) {
+  const int64_t M = in.shape.M;
+  const int64_t K = in.shape.K;
+  std::vector<std::pair<int64_t, int64_t>> wanted = {
       {0, 0}, {1, 33}, {M / 3, K / 2 + 5}, {M / 2 + 7, K - 40}, {M - 1, K - 1}};
+  for (const Special& sp : in.specials) wanted.push_back({sp.index / K, sp.index % K});
   std::vector<std::pair<int64_t, int64_t>> points;
   for (const auto& [m, k] : wanted) {
     const std::pair<int64_t, int64_t> p{std::clamp<int64_t>(m, 0, M - 1),
@@ -191,9 +218,9 @@ void print_samples(const DemoInput& in, const QuantizeOutputs& out) {
   const int64_t M = in.shape.M;
   const int64_t K = in.shape.K;
   Table t({"element", "x", "axis", "scale byte", "scale", "q byte", "e4m3", "dequantized"});
-  for (const auto& [m, k] : sample_points(M, K)) {
+  for (const auto& [m, k] : sample_points(in)) {
     const std::string where = "x[" + std::to_string(m) + ", " + std::to_string(k) + "]";
-    const double x = bf16_to_f32(in.x[size_t(m * K + k)]);
+    const double x = in.value(m, k);
     auto row = [&](const char* axis, std::optional<int64_t> s_at,
                    const std::vector<uint8_t>& scales, uint8_t q) {
       const double e4m3 = e4m3_to_f32(q);
@@ -225,8 +252,8 @@ struct PathTiming {
 };
 
 void print_timings(const DemoInput& in, const std::vector<PathTiming>& timings) {
-  const double bytes =
-      static_cast<double>(effective_bytes(Op::kFused, in.shape.M, in.shape.K, in.groups()));
+  const double bytes = static_cast<double>(
+      effective_bytes(Op::kFused, in.shape.M, in.shape.K, in.groups(), in.dtype));
   Table t({"path", "time", "GB/s (fused bytes)", "how"});
   for (const auto& p : timings) {
     t.add({p.path, time_text(p.ms), fixed(bytes / (p.ms * 1e-3) / 1e9, 1), p.how});
@@ -236,11 +263,18 @@ void print_timings(const DemoInput& in, const std::vector<PathTiming>& timings) 
 }
 
 void print_header(const DemoOptions& o, const DemoInput& in) {
-  std::cout << "mxq demo: x bf16 " << in.shape.str() << " ("
-            << format_bytes(2.0 * in.shape.elements()) << "), rule " << to_string(in.rule)
-            << ", seed " << o.seed << ", "
+  std::cout << "mxq demo: x " << dtype_name(in.dtype) << " " << in.shape.str() << " ("
+            << format_bytes(double(dtype_bytes(in.dtype)) * double(in.shape.elements()))
+            << "), rule " << to_string(in.rule) << ", seed " << o.seed << ", "
             << (in.offs.empty() ? std::string("dense") : describe_groups(in.offs, in.shape.M))
             << "\n";
+  std::cout << "specials in x (" << dtype_name(in.dtype) << "):";
+  for (size_t i = 0; i < in.specials.size(); ++i) {
+    const Special& sp = in.specials[i];
+    std::cout << (i ? ", " : " ") << sp.name << " at x[" << sp.index / in.shape.K << ", "
+              << sp.index % in.shape.K << "]";
+  }
+  std::cout << "\n";
   if (!in.offs.empty()) {
     std::cout << "offs = [";
     for (size_t g = 0; g < in.offs.size(); ++g) std::cout << (g ? ", " : "") << in.offs[g];
@@ -263,23 +297,18 @@ std::string gpu_problem() {
 #endif
 }
 
-bool gpu_capable(const MatrixShape& s) {
-  return s.M % kGpuAlign == 0 && s.K % kGpuAlign == 0 && s.M > 0 && s.K > 0;
-}
-
-// M and K against one path's alignment, in the library's words ("M must be a multiple of 128 on the
-// GPU, got 96"), followed by `hint` (what else the user can do). Zero is legal for the library
-// (empty outputs) but leaves the demo nothing to show; no other path helps there, so no hint.
-void check_dims(const MatrixShape& s, int64_t align, const std::string& where,
-                const std::string& hint) {
+// M and K against the one rule of every path (CPU reference and GPU alike), in the library's words
+// ("M must be a multiple of 32, got 100"). Zero is legal for the library (empty outputs) but leaves
+// the demo nothing to show.
+void check_dims(const MatrixShape& s) {
   for (const auto& [name, value] : {std::pair{"M", s.M}, std::pair{"K", s.K}}) {
     if (value == 0) {
-      throw ToolError(std::string(name) + " must be at least " + std::to_string(align) + " " +
-                      where + " (an empty tensor leaves the demo nothing to show), got 0");
+      throw ToolError(std::string(name) + " must be at least " + std::to_string(kDimAlign) +
+                      " (an empty tensor leaves the demo nothing to show), got 0");
     }
-    if (value % align != 0) {
-      throw ToolError(std::string(name) + " must be a multiple of " + std::to_string(align) + " " +
-                      where + ", got " + std::to_string(value) + hint);
+    if (value % kDimAlign != 0) {
+      throw ToolError(std::string(name) + " must be a multiple of " + std::to_string(kDimAlign) +
+                      ", got " + std::to_string(value));
     }
   }
 }
@@ -307,7 +336,7 @@ void check_groups(const DemoOptions& o) {
 // The host memory the run needs, against what the machine has free: a shape that cannot fit is
 // refused with the numbers instead of failing inside an allocation.
 void check_host_memory(const DemoOptions& o, bool use_gpu) {
-  const double input = 2.0 * double(o.shape.elements());
+  const double input = double(dtype_bytes(o.dtype)) * double(o.shape.elements());
   const double outputs = QuantizeOutputs::bytes(o.shape, o.groups);
   // The reference's outputs, plus one GPU path's copy while it is compared.
   const double needed = input + outputs * (use_gpu ? 2 : 1);
@@ -322,7 +351,7 @@ void check_host_memory(const DemoOptions& o, bool use_gpu) {
 
 #if defined(MXQ_WITH_CUDA)
 void check_gpu_memory(const DemoOptions& o) {
-  const double needed = gpu_bytes_needed(o.shape, o.groups);
+  const double needed = gpu_bytes_needed(o.shape, o.groups, o.dtype);
   const double free = gpu_bytes_free();
   if (needed <= free) return;
   throw ToolError(o.shape.str() + " needs about " + format_bytes(needed) +
@@ -338,27 +367,15 @@ struct DemoPlan {
 
 DemoPlan plan_demo(const DemoOptions& o) {
   DemoPlan plan;
+  // One shape rule for every path: a shape is refused (or taken) the same with or without a GPU.
+  check_dims(o.shape);
   const std::string no_gpu = o.cpu_only ? "" : gpu_problem();
   plan.use_gpu = !o.cpu_only && no_gpu.empty();
-  if (plan.use_gpu) {
-    // A GPU is here and --cpu was not given: the GPU paths are what the user asked to see, so a
-    // shape they cannot take is an error, not a quiet switch to the CPU.
-    check_dims(o.shape, kGpuAlign, "on the GPU",
-               ". The GPU kernels take M and K in multiples of " + std::to_string(kGpuAlign) +
-                   "; pass --cpu to run the CPU reference alone (multiples of " +
-                   std::to_string(kCpuAlign) + ")");
-  } else {
-    check_dims(o.shape, kCpuAlign, "on the CPU reference", "");
-    if (o.cpu_only) {
-      plan.note = "--cpu: running the CPU reference only";
-    } else {
-      plan.note = "no usable GPU (" + no_gpu +
-                  "): running the CPU reference only, the GPU paths are not checked";
-      if (!gpu_capable(o.shape)) {
-        plan.note += "\nnote: on a GPU this shape would be refused: M and K must be multiples of " +
-                     std::to_string(kGpuAlign) + " there";
-      }
-    }
+  if (o.cpu_only) {
+    plan.note = "--cpu: running the CPU reference only";
+  } else if (!plan.use_gpu) {
+    plan.note = "no usable GPU (" + no_gpu +
+                "): running the CPU reference only, the GPU paths are not checked";
   }
   check_groups(o);
   check_host_memory(o, plan.use_gpu);

@@ -1,5 +1,5 @@
-// `mxq demo`: quantize one random bf16 tensor on both axes, check the GPU paths byte-exact against
-// the CPU reference, and show what came out.
+// `mxq demo`: quantize one random tensor (bf16, fp16 or fp32) on both axes, check the GPU paths
+// byte-exact against the CPU reference, and show what came out.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@ namespace mxq::tools {
 struct DemoOptions {
   MatrixShape shape{4096, 4096};
   std::string rule = "rceil";
+  DType dtype = DType::kBFloat16;
   int groups = 0;  // 0: dense
   uint64_t seed = 1;
   bool cpu_only = false;
@@ -25,9 +26,12 @@ int run_demo(const DemoOptions& options);
 struct DemoInput {
   MatrixShape shape;
   ScaleRounding rule = ScaleRounding::kRceil;
-  std::vector<uint16_t> x;    // bf16 bits, row-major (M, K)
-  std::vector<int32_t> offs;  // empty: dense
+  DType dtype = DType::kBFloat16;
+  std::vector<uint8_t> x;         // raw elements of `dtype`, row-major (M, K)
+  std::vector<Special> specials;  // the special values placed in x
+  std::vector<int32_t> offs;      // empty: dense
   int64_t groups() const { return static_cast<int64_t>(offs.size()); }
+  float value(int64_t m, int64_t k) const { return input_value(x, dtype, m * shape.K + k); }
 };
 
 // The four outputs of a two-axis quantize, on the host, sized as the API says (layout.h).
@@ -57,7 +61,7 @@ struct GpuRun {
 };
 // Device memory one path needs for this input (input, outputs, the composed workspace), and what
 // the current device has free; the demo refuses a shape that does not fit before allocating.
-double gpu_bytes_needed(const MatrixShape& s, int64_t groups);
+double gpu_bytes_needed(const MatrixShape& s, int64_t groups, DType dtype);
 double gpu_bytes_free();
 GpuRun run_gpu(const DemoInput& in, GpuPath path, int repeats);
 #endif

@@ -10,8 +10,8 @@ namespace mxq::tools {
 
 const char* path_name(GpuPath path) { return path == GpuPath::kFused ? "fused" : "composed"; }
 
-double gpu_bytes_needed(const MatrixShape& s, int64_t groups) {
-  return 2.0 * double(s.elements()) + QuantizeOutputs::bytes(s, groups) +
+double gpu_bytes_needed(const MatrixShape& s, int64_t groups, DType dtype) {
+  return double(dtype_bytes(dtype)) * double(s.elements()) + QuantizeOutputs::bytes(s, groups) +
          double(composed_workspace_bytes(s.M, s.K)) + double(groups) * sizeof(int32_t);
 }
 
@@ -32,11 +32,11 @@ struct DeviceRun {
   DeviceBuffer x, offs, status, q_row, s_row, q_col, s_col, workspace;
 
   DeviceRun(const DemoInput& in, cudaStream_t stream)
-      : x(in.x.size() * sizeof(uint16_t)),
+      : x(in.x.size()),  // raw bytes of in.dtype
         offs(in.offs.size() * sizeof(int32_t)),
         status(sizeof(int32_t)),
         q_row(size_t(q_row_shape(in.shape.M, in.shape.K).bytes())),
-        s_row(size_t(s_row_shape(in.shape.M, in.shape.K).bytes())),
+        s_row(size_t(s_row_shape(in.shape.M, in.shape.K, in.groups()).bytes())),
         q_col(size_t(q_col_shape(in.shape.M, in.shape.K).bytes())),
         s_col(size_t(s_col_shape(in.shape.M, in.shape.K, in.groups()).bytes())),
         workspace(size_t(composed_workspace_bytes(in.shape.M, in.shape.K))) {
@@ -50,6 +50,7 @@ struct DeviceRun {
   QuantizeParams params(const DemoInput& in, cudaStream_t stream) const {
     QuantizeParams p;
     p.x = x.get();
+    p.dtype = in.dtype;
     p.M = in.shape.M;
     p.K = in.shape.K;
     p.rounding = in.rule;

@@ -1,6 +1,7 @@
 // CUDA helpers of the mxq tool: RAII wrappers, device facts, and the two kernels the benchmark
-// needs to make inputs (fill_random_bf16) and compare outputs (count_mismatches) on the device
-// without host round trips.
+// needs to make inputs (fill_random) and compare outputs (count_mismatches) on the device without
+// host round trips.
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <sstream>
@@ -100,7 +101,8 @@ __device__ __forceinline__ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-__global__ void fill_random_bf16_kernel(uint16_t* x, int64_t n, int64_t cols, uint64_t seed) {
+template <DType kType>
+__global__ void fill_random_kernel(void* x, int64_t n, int64_t cols, uint64_t seed) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const int64_t row = i / cols;
@@ -108,9 +110,17 @@ __global__ void fill_random_bf16_kernel(uint16_t* x, int64_t n, int64_t cols, ui
     const uint64_t tile = (uint64_t(row / 32) << 32) ^ uint64_t(col / 32);
     const int e = int(mix64(seed ^ (tile * 0x9E3779B97F4A7C15ull)) % 25) - 12;
     const uint64_t bits = mix64(seed + uint64_t(i) * 0x9E3779B97F4A7C15ull);
+    // |v| < 2^12 is finite in every dtype: no NaN or Inf.
     const float u = float(int64_t(bits >> 40) - (1 << 23)) * (1.0f / float(1 << 23));
-    const uint32_t f = __float_as_uint(ldexpf(u, e));
-    x[i] = uint16_t((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);  // RNE to bf16 (no NaN can arise here)
+    const float v = ldexpf(u, e);
+    if constexpr (kType == DType::kFloat32) {
+      static_cast<float*>(x)[i] = v;
+    } else if constexpr (kType == DType::kFloat16) {
+      static_cast<uint16_t*>(x)[i] = __half_as_ushort(__float2half_rn(v));
+    } else {
+      const uint32_t f = __float_as_uint(v);
+      static_cast<uint16_t*>(x)[i] = uint16_t((f + 0x7FFFu + ((f >> 16) & 1u)) >> 16);  // RNE
+    }
   }
 }
 
@@ -146,9 +156,21 @@ int grid_for(int64_t work, int threads) {
 
 }  // namespace
 
-void fill_random_bf16(uint16_t* x, int64_t n, int64_t cols, uint64_t seed, cudaStream_t stream) {
+void fill_random(void* x, DType dtype, int64_t n, int64_t cols, uint64_t seed,
+                 cudaStream_t stream) {
   if (n == 0) return;
-  fill_random_bf16_kernel<<<grid_for(n, 256), 256, 0, stream>>>(x, n, cols, seed);
+  const int grid = grid_for(n, 256);
+  switch (dtype) {
+    case DType::kFloat32:
+      fill_random_kernel<DType::kFloat32><<<grid, 256, 0, stream>>>(x, n, cols, seed);
+      break;
+    case DType::kFloat16:
+      fill_random_kernel<DType::kFloat16><<<grid, 256, 0, stream>>>(x, n, cols, seed);
+      break;
+    case DType::kBFloat16:
+      fill_random_kernel<DType::kBFloat16><<<grid, 256, 0, stream>>>(x, n, cols, seed);
+      break;
+  }
   MXQ_TOOL_CUDA(cudaGetLastError());
 }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <utility>
 
+#include "mxq/numerics.h"
+
 // Throws std::runtime_error naming the runtime function and the CUDA error ("CUDA error in
 // cudaMalloc: out of memory (cudaErrorMemoryAllocation)"); no file paths, the message is for users.
 #define MXQ_TOOL_CUDA(call)                                                  \
@@ -95,10 +97,12 @@ int device_count();  // 0 when there is no device or no driver
 // Why mxq's GPU entry points cannot run here ("no CUDA device is visible"), or "" when they can.
 std::string usable_gpu_problem();
 
-// Fills n bf16 values with hash-random data, uniform in (-1, 1) times 2^e, e in [-12, 12] per 32x32
-// tile of an (n / cols, cols) matrix: every block gets its own scale, like random_bf16 on the host
-// (other values).
-void fill_random_bf16(uint16_t* x, int64_t n, int64_t cols, uint64_t seed, cudaStream_t stream);
+// Fills n values of `dtype` (bf16, fp16 or fp32; raw elements at x) with hash-random data: uniform
+// in (-1, 1) times 2^e, e in [-12, 12] per 32x32 tile of an (n / cols, cols) matrix, so every block
+// gets its own scale, like random_input on the host (other values). The same fp32 values for every
+// dtype, rounded to nearest even for bf16 and fp16 (the smallest become fp16 subnormals or signed
+// zeros); never NaN or Inf.
+void fill_random(void* x, DType dtype, int64_t n, int64_t cols, uint64_t seed, cudaStream_t stream);
 // Number of differing bytes between a and b (synchronizes the stream).
 int64_t count_mismatches(const uint8_t* a, const uint8_t* b, int64_t n, cudaStream_t stream);
 

@@ -1,13 +1,14 @@
 // mxq: the command-line tool. Subcommands:
 //   mxq demo     quantize a random tensor, check GPU bytes against the CPU reference, show values
 //                and times
-//   mxq bench    the SPEC §10 benchmark (CUDA builds only), JSON under benchmarks/results/
+//   mxq bench    the benchmark (CUDA builds only), JSON under benchmarks/results/
 //   mxq info     build facts and the visible devices
 //   mxq version  the version (also `mxq --version`)
 //
 // Errors: every message goes to stderr as one line starting "mxq <subcommand>: " (or "mxq: " before
 // a subcommand is known), exit code 1; a subcommand this build or machine cannot run exits 2.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 #include <new>
 
@@ -35,6 +36,13 @@ const CLI::Validator kShapeValidator(
     "MxK", "shape");
 
 const CLI::Validator kRuleValidator = CLI::IsMember({"rceil", "floor"});
+const CLI::Validator kDtypeValidator = CLI::IsMember({"bf16", "fp16", "fp32"});
+
+DType dtype_from(const std::string& name) {
+  const auto t = parse_dtype(name);
+  if (!t) throw ToolError("--dtype: expected one of " + std::string(kDtypeNames) + ", got " + name);
+  return *t;
+}
 
 // The seed is taken as text and parsed by parse_seed: a uint64_t option would accept "-1" and wrap
 // it to 18446744073709551615 without a word.
@@ -59,6 +67,12 @@ std::string op_list() {
   return names;
 }
 
+std::string set_list() {
+  std::string names;
+  for (BenchSet s : kAllSets) names += std::string(names.empty() ? "" : ",") + set_name(s);
+  return names;
+}
+
 constexpr const char* kExitCodes =
     "Exit codes: 0 ok, 1 a failed check or an error (one line on stderr), 2 unavailable in this "
     "build or on this machine.";
@@ -67,37 +81,45 @@ struct Args {
   DemoOptions demo;
   std::string demo_shape = demo.shape.str();
   std::string demo_seed = std::to_string(demo.seed);
+  std::string demo_dtype = dtype_name(demo.dtype);
   BenchOptions bench;
   std::vector<std::string> bench_shapes;
   std::vector<std::string> bench_ops;
+  std::vector<std::string> bench_sets;
   std::string bench_seed = std::to_string(bench.seed);
+  std::string bench_dtype = dtype_name(bench.dtype);
 };
 
 void add_demo(CLI::App& app, Args& a) {
   DemoOptions& o = a.demo;
   CLI::App* demo = app.add_subcommand(
       "demo",
-      "Quantize a random bf16 tensor on both axes; check the fused and composed GPU outputs "
-      "byte-exact against the CPU reference");
+      "Quantize a random tensor (bf16, fp16 or fp32, with a few special values) on both axes; "
+      "check the fused and composed GPU outputs byte-exact against the CPU reference");
   demo->footer(
-      "With a usable GPU the GPU paths run and M, K must be multiples of 128: a shape they cannot "
-      "take is an error, never a quiet switch to the CPU. With --cpu, or on a machine without a "
-      "usable GPU (said in the output), only the CPU reference runs, on multiples of 32. Large "
-      "inputs report each step's time on stderr.\n" +
+      "M and K are multiples of 32 on every path. With a usable GPU the fused and composed GPU "
+      "paths run and are checked against the CPU reference; with --cpu, or on a machine without a "
+      "usable GPU (said in the output), only the CPU reference runs. Large inputs report each "
+      "step's time on stderr.\n" +
       std::string(kExitCodes));
   demo->add_option("--shape", a.demo_shape,
-                   "Input shape MxK: multiples of 128 on a GPU, of 32 with --cpu or without a "
-                   "GPU; each at most 2^31-1, and the buffers must fit in memory")
+                   "Input shape MxK: multiples of 32, each at most 2^31-1, and the buffers must "
+                   "fit in memory")
       ->check(kShapeValidator)
+      ->capture_default_str();
+  demo->add_option("--dtype", a.demo_dtype,
+                   "Input element type: bf16, fp16 or fp32 (random values of that type plus NaN, "
+                   "+-Inf, -0, the smallest subnormal and the largest finite value)")
+      ->check(kDtypeValidator)
       ->capture_default_str();
   demo->add_option("--rule", o.rule, "Scale rounding rule")
       ->check(kRuleValidator)
       ->capture_default_str();
   demo->add_option("--groups", o.groups,
-                   "Grouped (MoE) mode with G random groups whose sizes are multiples of 128 "
-                   "rows, so G is at most M/128 (more is refused). When G >= 2 one group is left "
-                   "empty on purpose (legal: an expert with no tokens), and when M >= 256 rows "
-                   "past the last group form an uncovered tail. 0 = dense")
+                   "Grouped (MoE) mode with G random groups whose sizes are multiples of 32 rows, "
+                   "so G is at most M/32 (more is refused). When G >= 2 one group is left empty "
+                   "on purpose (legal: an expert with no tokens), and when M >= 64 rows past the "
+                   "last group form an uncovered tail. 0 = dense")
       ->check(CLI::Range(0, kMaxGroups))
       ->capture_default_str();
   add_seed(demo, a.demo_seed, "Random seed of the input and the groups (0 to 2^64-1)");
@@ -105,19 +127,30 @@ void add_demo(CLI::App& app, Args& a) {
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   demo->add_flag("--cpu", o.cpu_only,
-                 "Run the CPU reference only, even when a GPU is present (the only way to run "
-                 "a shape the GPU cannot take on a GPU machine)");
+                 "Reference only: run the CPU reference alone, even when a GPU is present");
 }
 
 void add_bench(CLI::App& app, Args& a) {
   BenchOptions& o = a.bench;
-  CLI::App* bench = app.add_subcommand(
-      "bench", "Time every op under CUDA-graph replay against a copy roof (SPEC §10)");
-  bench->footer(kExitCodes);
+  CLI::App* bench =
+      app.add_subcommand("bench", "Time every op under CUDA-graph replay against a copy roof");
+  bench->footer(
+      "Case sets: main (--shapes, dense and random groups, every activation op); ragged "
+      "(8160x2880 next to 8192x3072, 32736x5120 next to 32768x5120); grouped (32768x7168: random "
+      "G=8 and G=64, even and 90%-skewed G=8, dense); dtypes (32768x7168 bf16/fp16/fp32: fused, "
+      "rowwise, colwise); weights (mxq::quantize_weight, 4 expert shapes, both scalings). The "
+      "default runs every set; --shapes alone runs main only; --quick runs main (two shapes, G=8) "
+      "and the first ragged pair.\n" +
+      std::string(kExitCodes));
+  std::vector<std::string> set_names;
+  for (BenchSet s : kAllSets) set_names.push_back(set_name(s));
+  bench->add_option("--sets", a.bench_sets, "Comma-separated case sets: " + set_list())
+      ->delimiter(',')
+      ->check(CLI::IsMember(set_names));
   bench
       ->add_option("--shapes", a.bench_shapes,
-                   "Comma-separated MxK shapes, multiples of 128 (default: 8192x2048,8192x7168,"
-                   "32768x2048,32768x7168,131072x2048,131072x7168,512x4096)")
+                   "The main set's comma-separated MxK shapes, multiples of 32 (default: "
+                   "8192x2048,8192x7168,32768x2048,32768x7168,131072x2048,131072x7168,512x4096)")
       ->delimiter(',')
       ->check(kShapeValidator);
   std::vector<std::string> names;
@@ -127,14 +160,21 @@ void add_bench(CLI::App& app, Args& a) {
       ->check(CLI::IsMember(names));
   bench
       ->add_option("--groups", o.groups,
-                   "Comma-separated group counts for the grouped runs (dense always runs)")
+                   "The main set's comma-separated group counts (random 32-multiple sizes; dense "
+                   "always runs)")
       ->delimiter(',')
       ->check(CLI::Range(1, kMaxGroups))
       ->capture_default_str();
-  bench->add_flag("--no-dense", o.no_dense, "Skip the dense runs");
+  bench->add_flag("--no-dense", o.no_dense, "Skip the dense runs of the main and grouped sets");
+  bench
+      ->add_option(
+          "--dtype", a.bench_dtype,
+          "Input type of the main, ragged and grouped sets (the dtypes set runs all three)")
+      ->check(kDtypeValidator)
+      ->capture_default_str();
   bench
       ->add_option("--replays", o.replays,
-                   "Timed graph replays per case (median; SPEC wants >= 20)")
+                   "Timed graph replays per case (median; results want >= 20)")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
   bench->add_option("--warmup", o.warmup, "Untimed graph replays before timing")
@@ -145,8 +185,13 @@ void add_bench(CLI::App& app, Args& a) {
       "Results file (default benchmarks/results/<gpu>_<date>.json, relative to the working "
       "directory; '-' for none)");
   bench->add_flag("--quick", o.quick,
-                  "Two shapes (8192x2048, 32768x7168) and G=8 only, unless given explicitly");
-  bench->add_flag("!--no-verify", o.verify, "Skip the on-device fused == composed byte check");
+                  "Main set on two shapes (8192x2048, 32768x7168) with G=8, and the first ragged "
+                  "pair, unless --shapes, --groups or --sets say otherwise");
+  bench->add_flag("--list", o.list,
+                  "Print the cases the other options select (set, op, shape, dtype, groups, bytes "
+                  "moved) and exit; needs no GPU");
+  bench->add_flag("!--no-verify", o.verify,
+                  "Skip the on-device checks (fused == composed; weights: two runs agree)");
   bench->add_option("--rule", o.rule, "Scale rounding rule")
       ->check(kRuleValidator)
       ->capture_default_str();
@@ -174,15 +219,19 @@ int run_info() {
   return kExitOk;
 }
 
-int run_bench_command(BenchOptions o, const std::vector<std::string>& shapes,
-                      const std::vector<std::string>& ops, bool groups_given) {
+int run_bench_command(BenchOptions o, const Args& a, bool groups_given) {
 #if defined(MXQ_WITH_CUDA)
-  for (const auto& s : shapes) o.shapes.push_back(parse_shape(s));
-  for (const auto& name : ops) o.ops.push_back(*parse_op(name));
+  for (const auto& s : a.bench_shapes) o.shapes.push_back(parse_shape(s));
+  for (const auto& name : a.bench_ops) o.ops.push_back(*parse_op(name));
+  for (const auto& name : a.bench_sets) {
+    const BenchSet s = *parse_set(name);
+    if (std::find(o.sets.begin(), o.sets.end(), s) == o.sets.end()) o.sets.push_back(s);
+  }
+  o.dtype = dtype_from(a.bench_dtype);
   if (o.quick && !groups_given) o.groups = {8};
   return run_bench(o);
 #else
-  (void)o, (void)shapes, (void)ops, (void)groups_given;
+  (void)o, (void)a, (void)groups_given;
   throw ToolError(
       "this build has no CUDA (nvcc was not found at configure time); rebuild on a machine with "
       "the CUDA toolkit. `mxq demo` runs the CPU reference.",
@@ -210,12 +259,13 @@ int dispatch(CLI::App& app, Args& a, const std::string& prefix) {
     if (app.got_subcommand("demo")) {
       a.demo.shape = parse_shape(a.demo_shape);
       a.demo.seed = parse_seed(a.demo_seed);
+      a.demo.dtype = dtype_from(a.demo_dtype);
       return run_demo(a.demo);
     }
     if (app.got_subcommand("bench")) {
       a.bench.seed = parse_seed(a.bench_seed);
       const bool groups_given = app.get_subcommand("bench")->count("--groups") > 0;
-      return run_bench_command(a.bench, a.bench_shapes, a.bench_ops, groups_given);
+      return run_bench_command(a.bench, a, groups_given);
     }
     if (app.got_subcommand("version")) {
       std::cout << "mxq " << version() << "\n";
@@ -244,7 +294,8 @@ int dispatch(CLI::App& app, Args& a, const std::string& prefix) {
 
 int main(int argc, char** argv) {
   using namespace mxq::tools;
-  CLI::App app{"mxq: MXFP8 (e4m3 + E8M0, 32-element blocks) quantization of bf16 tensors"};
+  CLI::App app{
+      "mxq: MXFP8 (e4m3 + E8M0, 32-element blocks) quantization of bf16, fp16 and fp32 tensors"};
   app.require_subcommand(1);
   app.footer(kExitCodes);
   app.set_version_flag("--version", std::string("mxq ") + mxq::version(), "Print the version");

@@ -1,17 +1,23 @@
-// The one place that says how many bytes each op moves (SPEC §10). TB/s and % of the copy roof in
-// `mxq bench`, the JSON results and benchmarks/plot.py all come from these numbers: change a
-// formula here, nowhere else.
+// The one place that says how many bytes each op moves (docs/numerics.md §5-§6 for the shapes).
+// TB/s and % of the copy roof in `mxq bench`, the JSON results and benchmarks/plot.py all come from
+// these numbers: change a formula here, nowhere else.
 //
-// x is bf16 (M, K); G = 0 is dense, G > 0 grouped (the K-groups s_col allocation is larger).
-//   op          read                       written                              B/elem
-//   rowwise     x (2)                      q_row (1), s_row                      ~3.03
-//   colwise     x (2)                      q_col (1), s_col (blocked/K-groups)   ~3.03
-//   fused       x (2)                      q_row + q_col (1 + 1), s_row, s_col   ~4.06
+// x is (M, K) of `dtype`: 2 bytes an element for bf16 and fp16, 4 for fp32 (xb below). G = 0 is
+// dense; G > 0 grouped, where both scale outputs take their grouped allocations: s_row the M-groups
+// allocation (roundup(M,128) + 128G, roundup(K/32,4)), s_col the K-groups allocation
+// (roundup(K,128), M/32 + 4G). Every op writes every byte of each allocation on every call (slack
+// zero-filled, docs/numerics.md §7), so the allocation is what it writes.
+//   op          read                       written                              B/elem (bf16)
+//   rowwise     x (xb)                     q_row (1), s_row                      ~3.03
+//   colwise     x (xb)                     q_col (1), s_col (blocked/K-groups)   ~3.03
+//   fused       x (xb)                     q_row + q_col (1 + 1), s_row, s_col   ~4.06
 //   composed    three kernels: rowwise; colwise writing plain S_col into the
 //               workspace; swizzle reading it back and writing s_col. x is read
 //               twice, plain scales written and read once more              ~6.1
-//   dequantize  dense: q_row (1), s_row    bf16 (2)                              ~3.03
+//   dequantize  dense: q_row (1), s_row    bf16 (2), whatever x's dtype was     ~3.03
 //               grouped: q_col (1), K-groups s_col
+//   weight      W (G, N, K) (xb)           q_row + q_col (1 + 1), both per-expert blocked scale
+//               tensors (weight_s_row_shape + weight_s_col_shape), either scaling ~4.06
 // "Effective" bytes of a two-axis op are the fused count: the useful work, whatever path does it.
 // Peers in shared/anchors are quoted that way, so fused and composed compare on effective TB/s.
 #pragma once
@@ -21,11 +27,13 @@
 #include <string>
 
 #include "mxq/layout.h"
+#include "mxq/numerics.h"
 
 namespace mxq::tools {
 
-enum class Op { kRowwise, kColwise, kFused, kComposed, kDequantize };
-constexpr Op kAllOps[] = {Op::kRowwise, Op::kColwise, Op::kFused, Op::kComposed, Op::kDequantize};
+enum class Op { kRowwise, kColwise, kFused, kComposed, kDequantize, kWeight };
+constexpr Op kAllOps[] = {Op::kRowwise,  Op::kColwise,    Op::kFused,
+                          Op::kComposed, Op::kDequantize, Op::kWeight};
 
 inline const char* op_name(Op op) {
   switch (op) {
@@ -39,6 +47,8 @@ inline const char* op_name(Op op) {
       return "fused";
     case Op::kDequantize:
       return "dequantize";
+    case Op::kWeight:
+      return "weight";
   }
   return "?";
 }
@@ -50,10 +60,6 @@ inline std::optional<Op> parse_op(const std::string& name) {
   return std::nullopt;
 }
 
-// Rowwise scales in the M-groups layout are byte-identical to the dense ones (128-multiple groups),
-// so a grouped rowwise run would repeat the dense row: rowwise runs dense only. Every other op's
-// grouped output differs (K-groups s_col).
-inline bool op_supports_groups(Op op) { return op != Op::kRowwise; }
 // Ops producing all four outputs; their effective bytes are the fused count.
 inline bool op_is_dual(Op op) { return op == Op::kFused || op == Op::kComposed; }
 
@@ -63,10 +69,12 @@ struct Traffic {
   int64_t total() const { return read + written; }
 };
 
-inline Traffic op_traffic(Op op, int64_t M, int64_t K, int64_t groups) {
+// An activation op on x (M, K) of `dtype`, `groups` = 0 dense. (Op::kWeight: weight_traffic.)
+inline Traffic op_traffic(Op op, int64_t M, int64_t K, int64_t groups,
+                          DType dtype = DType::kBFloat16) {
   const int64_t elems = M * K;
-  const int64_t x_bytes = 2 * elems;  // bf16
-  const int64_t s_row = s_row_shape(M, K).bytes();
+  const int64_t x_bytes = dtype_bytes(dtype) * elems;
+  const int64_t s_row = s_row_shape(M, K, groups).bytes();
   const int64_t s_col = s_col_shape(M, K, groups).bytes();
   const int64_t s_col_plain = s_col_plain_shape(M, K).bytes();
   switch (op) {
@@ -80,14 +88,26 @@ inline Traffic op_traffic(Op op, int64_t M, int64_t K, int64_t groups) {
       // rowwise kernel + colwise kernel (plain scales) + swizzle kernel (plain -> s_col).
       return {x_bytes + x_bytes + s_col_plain, (elems + s_row) + (elems + s_col_plain) + s_col};
     case Op::kDequantize:
+      // Output is bf16 whatever the input dtype was.
       return {elems + (groups == 0 ? s_row : s_col), 2 * elems};
+    case Op::kWeight:
+      break;
   }
   return {};
 }
 
+// mxq::quantize_weight on W (G, N, K) of `dtype`, both axes: read G*N*K elements, write the two
+// e4m3 copies (G, N, K) and (G, K, N) and both scale tensors. k1x32 and k32x32 move the same bytes.
+inline Traffic weight_traffic(int64_t G, int64_t N, int64_t K, DType dtype = DType::kBFloat16) {
+  const int64_t elems = G * N * K;
+  return {dtype_bytes(dtype) * elems,
+          2 * elems + weight_s_row_shape(G, N, K).bytes() + weight_s_col_shape(G, N, K).bytes()};
+}
+
 // Bytes of useful work: the fused count for dual-axis ops, the op's own bytes otherwise.
-inline int64_t effective_bytes(Op op, int64_t M, int64_t K, int64_t groups) {
-  return op_traffic(op_is_dual(op) ? Op::kFused : op, M, K, groups).total();
+inline int64_t effective_bytes(Op op, int64_t M, int64_t K, int64_t groups,
+                               DType dtype = DType::kBFloat16) {
+  return op_traffic(op_is_dual(op) ? Op::kFused : op, M, K, groups, dtype).total();
 }
 
 }  // namespace mxq::tools

@@ -6,9 +6,11 @@ Usage: test_cli.py /path/to/mxq   (CTest passes $<TARGET_FILE:mxq_cli>; Python 3
 Each case asserts the exit code (0 ok, 1 error, 2 unavailable), that no signal killed the process
 (returncode >= 0: SIGFPE or an uncaught exception's abort would show up as a negative code), that an
 error is one line starting with the subcommand's prefix exactly once with no C++ exception names or
-file paths, and that every element coordinate the demo prints lies inside the tensor. Cases whose
-outcome depends on the machine (the GPU needs 128-multiples; without one the demo runs the CPU
-reference) ask `mxq info` whether the GPU path is usable and expect the matching behaviour.
+file paths, and that every element coordinate the demo prints lies inside the tensor. One shape rule holds on
+every path (M and K multiples of 32, GPU and CPU reference alike); where the outcome still depends on the
+machine (with a usable GPU the demo must run and check the GPU paths, never quietly fall back to the CPU;
+without one it says so), the case asks `mxq info` whether the GPU path is usable and expects the matching
+behaviour.
 """
 
 import re
@@ -71,10 +73,17 @@ class CliTest(unittest.TestCase):
         return r
 
     def demo_ok(self, M, K, *args):
-        """A successful demo: exit 0, an OK verdict, every printed x[m, k] inside (M, K)."""
+        """A successful demo: exit 0, an OK verdict, every printed x[m, k] inside (M, K). Without --cpu on a
+        machine with a usable GPU, the GPU paths must have run and matched (no quiet CPU fallback)."""
         r = run("demo", "--shape", f"{M}x{K}", *args)
         where = self.check_clean(r, 0)
         self.assertIn("\nOK: ", r.stdout, where)
+        if "--cpu" in args:
+            self.assertIn("--cpu: running the CPU reference only", r.stdout, where)
+        elif self.gpu:
+            self.assertIn("OK: fused and composed GPU outputs byte-exact with the CPU reference", r.stdout, where)
+        else:
+            self.assertIn("no usable GPU", r.stdout, where)
         points = [(int(m), int(k)) for m, k in re.findall(r"x\[(-?\d+), (-?\d+)\]", r.stdout)]
         self.assertTrue(points, "no sample coordinates printed: " + where)
         for m, k in points:
@@ -87,13 +96,7 @@ class CliTest(unittest.TestCase):
     def test_tiny_shape_samples_stay_inside(self):
         # Used to print x[1, 33] and x[23, -8] of a 32x32 tensor (out-of-bounds reads).
         self.demo_ok(32, 32, "--cpu")
-        if self.gpu:
-            self.error(
-                "demo", "--shape", "32x32", fragments=["M must be a multiple of 128 on the GPU, got 32", "--cpu"]
-            )
-        else:
-            r = self.demo_ok(32, 32)
-            self.assertIn("running the CPU reference only", r.stdout)
+        self.demo_ok(32, 32)  # the GPU paths where there is a GPU: the same rule as the CPU reference
 
     def test_zero_dimension(self):
         # Used to die with SIGFPE.
@@ -126,35 +129,25 @@ class CliTest(unittest.TestCase):
         )
 
     def test_unaligned_shapes(self):
+        # One rule on every path, in the library's words; the same message with or without --cpu or a GPU.
         for shape, bad in (("31x64", "31"), ("100x64", "100")):
-            self.error(
-                "demo",
-                "--shape",
-                shape,
-                "--cpu",
-                fragments=[f"M must be a multiple of 32 on the CPU reference, got {bad}"],
-            )
-            if self.gpu:
-                self.error("demo", "--shape", shape, fragments=[f"M must be a multiple of 128 on the GPU, got {bad}"])
-            else:
-                self.error(
-                    "demo", "--shape", shape, fragments=[f"M must be a multiple of 32 on the CPU reference, got {bad}"]
-                )
-        self.error("demo", "--shape", "64x31", "--cpu", fragments=["K must be a multiple of 32"])
+            for extra in (["--cpu"], []):
+                r = self.error("demo", "--shape", shape, *extra, fragments=[f"M must be a multiple of 32, got {bad}"])
+                self.assertNotIn("128", r.stderr, "an old 128 rule is back: " + r.stderr)
+                self.assertNotIn("--cpu", r.stderr, "the old --cpu hint is back: " + r.stderr)
+        self.error("demo", "--shape", "64x31", "--cpu", fragments=["K must be a multiple of 32, got 31"])
+        self.error("demo", "--shape", "64x100", fragments=["K must be a multiple of 32, got 100"])
         self.error("demo", "--shape", "64", fragments=['--shape: expected MxK such as 4096x4096, got "64"'])
         self.error("demo", "--shape", "-5x64", fragments=["--shape: expected MxK"])
 
     def test_32_multiple_not_128(self):
-        # 2880 = 22.5 x 128: the CPU reference takes it; the GPU path never silently falls back.
+        # 2880 = 22.5 x 128 and 96, 160: every path takes 32-multiples now. With a GPU, demo_ok insists that the
+        # GPU paths ran and matched the reference byte for byte (no refusal, no quiet switch to the CPU).
         self.demo_ok(2880, 64, "--cpu")
-        if self.gpu:
-            self.error(
-                "demo", "--shape", "2880x64", fragments=["M must be a multiple of 128 on the GPU, got 2880", "--cpu"]
-            )
-        else:
-            r = self.demo_ok(2880, 64)
-            self.assertIn("no usable GPU", r.stdout)
-            self.assertIn("on a GPU this shape would be refused", r.stdout)
+        r = self.demo_ok(2880, 64)
+        self.assertNotIn("would be refused", r.stdout)
+        self.demo_ok(96, 160)
+        self.demo_ok(160, 2880, "--groups", "3")
 
     def test_negative_seed(self):
         # CLI11 used to wrap -1 to 18446744073709551615.
@@ -164,18 +157,20 @@ class CliTest(unittest.TestCase):
         self.assertIn("seed 18446744073709551615", r.stdout)
 
     def test_too_many_groups(self):
-        self.error(
-            "demo",
-            "--shape",
-            "256x256",
-            "--cpu",
-            "--groups",
-            "5",
-            fragments=["--groups 5", "M=256", "at most 2", "multiples of 128"],
-        )
-        self.error(
-            "demo", "--shape", "64x256", "--cpu", "--groups", "1", fragments=["--groups needs M of at least 128"]
-        )
+        # Group sizes are multiples of 32 rows: M holds at most M/32 non-empty groups.
+        for extra in (["--cpu"], []):
+            self.error(
+                "demo",
+                "--shape",
+                "256x256",
+                *extra,
+                "--groups",
+                "9",
+                fragments=["--groups 9 is too many for M=256", "multiples of 32 rows", "at most 8", "--groups 8"],
+            )
+        self.error("demo", "--shape", "64x256", "--cpu", "--groups", "3", fragments=["--groups 3", "M=64", "at most 2"])
+        self.demo_ok(256, 256, "--cpu", "--groups", "8")
+        self.demo_ok(64, 256, "--cpu", "--groups", "2")
         self.error("demo", "--shape", "256x256", "--cpu", "--groups", "5000", fragments=["--groups", "1024"])
 
     # ---- what works ----
@@ -197,6 +192,75 @@ class CliTest(unittest.TestCase):
         self.assertIn("3 groups", r.stdout)
         self.demo_ok(2880, 96, "--cpu", "--groups", "4", "--rule", "floor")
 
+    def offs_of(self, r, M):
+        offs = [int(v) for v in re.search(r"offs = \[([\d, ]*)\]", r.stdout).group(1).split(", ")]
+        for prev, end in zip([0, *offs], offs):
+            self.assertTrue(prev <= end <= M, f"offs {offs} not non-decreasing within M={M}")
+        return offs
+
+    def test_grouped_32_multiples(self):
+        # Groups whose sizes are multiples of 32 but not of 128: the M-groups s_row allocation is
+        # (roundup(M,128) + 128G, roundup(K/32,4)) and the demo sizes and checks it that way.
+        M, K, G = 320, 64, 7
+        for extra in (["--cpu"], []):
+            r = self.demo_ok(M, K, *extra, "--groups", str(G), "--seed", "3")
+            offs = self.offs_of(r, M)
+            self.assertEqual(len(offs), G)
+            self.assertTrue(all(o % 32 == 0 for o in offs), offs)
+            self.assertTrue(any(o % 128 for o in offs), f"no group boundary off the 128 grid: {offs}")
+            self.assertLess(offs[-1], M, "no uncovered tail")
+            self.assertRegex(r.stdout, rf"\ns_row +{384 + 128 * G} x 4 ", "s_row is not the M-groups allocation")
+            self.assertRegex(r.stdout, rf"\ns_col +128 x {M // 32 + 4 * G} ", "s_col is not the K-groups allocation")
+
+    def test_dtypes(self):
+        # Each input type at a small shape (the CPU reference, and the GPU paths where there is a GPU); the demo
+        # says which dtype ran, and the special values are in the input.
+        for dtype, size in (("bf16", "12.00 KiB"), ("fp16", "12.00 KiB"), ("fp32", "24.00 KiB")):
+            for extra in (["--cpu"], []):
+                r = self.demo_ok(96, 64, *extra, "--dtype", dtype)
+                self.assertIn(f"mxq demo: x {dtype} 96x64 ({size})", r.stdout)
+                self.assertIn(f"specials in x ({dtype}):", r.stdout)
+                self.assertIn("NaN at x[", r.stdout)
+        r = self.demo_ok(160, 96, "--cpu", "--dtype", "fp32", "--groups", "3")
+        self.assertIn("x fp32 160x96", r.stdout)
+        self.error("demo", "--dtype", "fp8", fragments=["--dtype"])
+
+    # ---- the benchmark's plan (needs no GPU) ----
+    def test_bench_plan(self):
+        if self.cpu_build:
+            self.error("bench", "--list", fragments=["no CUDA"], code=2, prefix="mxq bench:")
+            return
+        r = run("bench", "--list")
+        where = self.check_clean(r, 0, prefix="mxq bench:")
+        for fragment in (
+            "main    fused      131072x7168   bf16 G=64",
+            "main    dequantize 512x4096      bf16 dense",
+            "ragged  fused      8160x2880     bf16 dense",
+            "ragged  fused      8192x3072     bf16 dense",
+            "ragged  composed   32736x5120    bf16 dense",
+            "ragged  composed   32768x5120    bf16 dense",
+            "grouped rowwise    32768x7168    bf16 G=8 ",
+            "grouped fused      32768x7168    bf16 G=64",
+            "grouped fused      32768x7168    bf16 G=8 even",
+            "grouped dequantize 32768x7168    bf16 G=8 skew90",
+            "dtypes  fused      32768x7168    fp16 dense",
+            "dtypes  colwise    32768x7168    fp32 dense",
+            "weights weight     8x4096x7168   bf16 1x32",
+            "weights weight     1x7168x2048   bf16 32x32",
+        ):
+            self.assertIn(fragment, r.stdout, where)
+        self.assertNotIn("swizzle", r.stdout, where)
+        cases = int(re.search(r"(\d+) cases\n$", r.stdout).group(1))
+        quick = run("bench", "--quick", "--list")
+        self.check_clean(quick, 0, prefix="mxq bench:")
+        self.assertLess(int(re.search(r"(\d+) cases\n$", quick.stdout).group(1)), cases // 4)
+        self.assertIn("ragged  fused      8160x2880", quick.stdout)
+        # --shapes alone: the main set only, at the dtype asked for.
+        r = run("bench", "--shapes", "96x2880", "--groups", "2", "--dtype", "fp32", "--list")
+        where = self.check_clean(r, 0, prefix="mxq bench:")
+        self.assertIn("main    fused      96x2880       fp32 G=2", r.stdout, where)
+        self.assertTrue(r.stdout.endswith("\n10 cases\n"), where)
+
     # ---- option parsing and the other subcommands ----
     def test_usage_errors(self):
         self.error("demo", "--rule", "nearest", fragments=["--rule"])
@@ -206,11 +270,41 @@ class CliTest(unittest.TestCase):
             # Unavailable, not failed: this build has no bench, whatever the options.
             self.error("bench", fragments=["no CUDA"], code=2, prefix="mxq bench:")
             return
-        self.error("bench", "--shapes", "96x128", fragments=["M must be a multiple of 128"], prefix="mxq bench:")
+        self.error(
+            "bench",
+            "--shapes",
+            "100x128",
+            fragments=["--shapes 100x128: M must be a multiple of 32, got 100"],
+            prefix="mxq bench:",
+        )
+        self.error(
+            "bench", "--shapes", "0x128", fragments=["M must be a positive multiple of 32, got 0"], prefix="mxq bench:"
+        )
         self.error("bench", "--ops", "swizzle", fragments=["--ops"], prefix="mxq bench:")
+        self.error("bench", "--sets", "everything", fragments=["--sets"], prefix="mxq bench:")
+        self.error("bench", "--dtype", "fp8", fragments=["--dtype"], prefix="mxq bench:")
+        self.error("bench", "--sets", "weights", "--ops", "fused", fragments=["nothing to run"], prefix="mxq bench:")
         if not self.gpu:
-            # Unavailable, not failed: the machine lacks what bench needs.
+            # Unavailable, not failed: the machine lacks what bench needs. A 32-multiple shape passes the checks.
             self.error("bench", fragments=["no usable GPU"], code=2, prefix="mxq bench:")
+            self.error(
+                "bench",
+                "--shapes",
+                "96x2880",
+                "--dtype",
+                "fp32",
+                fragments=["no usable GPU"],
+                code=2,
+                prefix="mxq bench:",
+            )
+            self.error(
+                "bench",
+                "--sets",
+                "ragged,grouped,dtypes,weights",
+                fragments=["no usable GPU"],
+                code=2,
+                prefix="mxq bench:",
+            )
 
 
 def main():
