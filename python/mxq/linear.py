@@ -60,7 +60,8 @@ def native_mx_gemm(device: torch.device) -> bool:
 
 def check_choice(owner: str, name: str, value, choices) -> None:
     if value not in choices:
-        listed = " or ".join(f'"{c}"' for c in choices)
+        quoted = [f'"{c}"' for c in choices]
+        listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
         raise ValueError(f"{owner}: {name} must be {listed}, got {value!r}")
 
 
