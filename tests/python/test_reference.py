@@ -227,7 +227,10 @@ def test_dequantize_cpu_matches_pure_torch(grouped):
     offs = make_offs(M, 4, seed=1) if grouped else None
     q_row, s_row, q_col, s_col = torch.ops.mxq.quantize(x, offs=offs)
     grouped_layouts = ("m_groups", "k_groups") if grouped else ("blocked", "blocked")
-    for q, s, layout, n in ((q_row, s_row, grouped_layouts[0], "rowwise"), (q_col.t(), s_col, grouped_layouts[1], "colwise")):
+    for q, s, layout, n in (
+        (q_row, s_row, grouped_layouts[0], "rowwise"),
+        (q_col.t(), s_col, grouped_layouts[1], "colwise"),
+    ):
         d = mxq.dequantize(q, s, offs, layout=layout)
         assert d.dtype == torch.bfloat16 and d.shape == q.shape
         _assert_bf16_equal_nan_canonical(d, T.dequantize(q, s, offs, layout), n)

@@ -118,13 +118,19 @@ def test_fake_tensor_matches_real(device):
         fx, foffs = mode.from_tensor(x), mode.from_tensor(offs)
         fake = {n: op(n)(fx, 32, "rceil", foffs) for n in QUANT_OPS}
         fq = fake["quantize"]
-        fdeq = (torch.ops.mxq.dequantize(fq[0], fq[1]), torch.ops.mxq.dequantize(fq[2].t(), fq[3], foffs))
+        fdeq = (
+            torch.ops.mxq.dequantize(fq[0], fq[1], foffs, "m_groups"),
+            torch.ops.mxq.dequantize(fq[2].t(), fq[3], foffs, "k_groups"),
+        )
     for n in QUANT_OPS:
         real = op(n)(x, 32, "rceil", offs)
         for r, f in zip(real, fake[n]):
             assert (f.dtype, f.shape, f.stride(), f.device) == (r.dtype, r.shape, r.stride(), r.device), n
     q = torch.ops.mxq.quantize(x, offs=offs)
-    rdeq = (torch.ops.mxq.dequantize(q[0], q[1]), torch.ops.mxq.dequantize(q[2].t(), q[3], offs))
+    rdeq = (
+        torch.ops.mxq.dequantize(q[0], q[1], offs, "m_groups"),
+        torch.ops.mxq.dequantize(q[2].t(), q[3], offs, "k_groups"),
+    )
     for r, f in zip(rdeq, fdeq):
         assert (f.dtype, f.shape, f.stride()) == (r.dtype, r.shape, r.stride())
 
@@ -144,7 +150,7 @@ def _pipeline(x, offs):
     c = torch.ops.mxq.quantize_composed(x, 32, "floor", offs)
     r = mxq.quantize(x, colwise=False)
     k = mxq.quantize(x, rowwise=False, offs=offs)
-    deq_row = mxq.dequantize(q_row, s_row) * 2  # something for inductor to fuse around the op
+    deq_row = mxq.dequantize_rowwise(q_row, s_row, offs) * 2  # something for inductor to fuse around the op
     deq_col = mxq.dequantize_colwise(q_col, s_col, offs)
     return (q_row, s_row, q_col, s_col, *c, r.q_row, r.s_row, k.q_col, k.s_col, deq_row, deq_col)
 
