@@ -9,6 +9,8 @@
 //   dequantize(q, scales, offs, layout) -> bf16 (rows, cols); layout "blocked", "m_groups" (q_row
 //                              with grouped s_row) or "k_groups" (q_col.t() with grouped s_col)
 //   validate_offs(offs, M)  -> ()                            synchronizing offs checker
+//   quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
+//                           -> (q_row, s_row, q_col, s_col)   mxq::quantize_weight (expert weights)
 // Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs).
 //
 // Outputs (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, shapes from
@@ -296,6 +298,102 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
   return out;
 }
 
+// ---- quantize_weight: expert weights (docs/numerics.md §11) ----
+//
+// w bf16, fp16 or fp32, contiguous: (G, N, K), or (N, K) for a dense weight (G = 1, 2-D outputs).
+// N and K multiples of 32 (the core checks). Outputs, shapes from include/mxq/layout.h:
+//            3-D w (G, N, K)                          2-D w (N, K)
+//   q_row    (G, N, K) contiguous                     (N, K) contiguous
+//   s_row    weight_s_row_shape(G, N, K):             s_row_shape(N, K): blocked
+//            (G, roundup(N,128)*roundup(K/32,4))      (roundup(N,128), roundup(K/32,4))
+//   q_col    logical (G, N, K), strides (N*K, 1, N):  logical (N, K), strides (1, N)
+//            the physical (G, K, N) array             the physical (K, N) array
+//   s_col    weight_s_col_shape(G, N, K):             s_col_shape(N, K): blocked
+//            (G, roundup(K,128)*roundup(N/32,4))      (roundup(K,128), roundup(N/32,4))
+// These are the operands torch._scaled_grouped_mm takes for a 3-D mat_b (and torch._scaled_mm
+// for a 2-D one): mat_b = q_row.transpose(-2, -1) with s_row (forward, contraction over K), or
+// mat_b = q_col with s_col (dgrad, contraction over N); both are column-major in their last two
+// dimensions. A skipped axis (rowwise=False or colwise=False) gives empty tensors (shape (0,)) of
+// the output dtypes in its two places.
+
+template <bool kMeta>
+Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
+                       c10::string_view weight_scaling, bool rowwise, bool colwise) {
+  constexpr const char* op = "mxq.quantize_weight";
+  const std::optional<DType> dtype = input_dtype(w.scalar_type());
+  TORCH_CHECK_TYPE(dtype.has_value(), op, ": w must be bfloat16, float16 or float32, got ",
+                   w.scalar_type());
+  TORCH_CHECK_VALUE(w.dim() == 2 || w.dim() == 3, op,
+                    ": w must be 2-D (N, K) or 3-D (G, N, K), got a ", w.dim(),
+                    "-D tensor of shape ", w.sym_sizes());
+  TORCH_CHECK_VALUE(w.is_contiguous(), op, ": w must be contiguous (row-major), got strides ",
+                    w.sym_strides(), " for shape ", w.sym_sizes());
+  ScaleRounding rounding = ScaleRounding::kRceil;
+  WeightScaling scaling = WeightScaling::k32x32;
+  call_core(op, [&] {
+    rounding = parse_scale_rounding(std::string(scaling_mode));
+    scaling = parse_weight_scaling(std::string(weight_scaling));
+  });
+  TORCH_CHECK_VALUE(rowwise || colwise, op,
+                    ": at least one of rowwise and colwise must be True, got both False");
+
+  const bool experts = w.dim() == 3;
+  const SymInt G = experts ? w.sym_size(0) : SymInt(1);
+  const SymInt N = w.sym_size(-2), K = w.sym_size(-1);
+  const auto fp8 = [&](at::ScalarType t) { return w.options().dtype(t); };
+  const auto skipped = [&](at::ScalarType t) { return at::empty({0}, fp8(t)); };
+  Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(at::kFloat8_e8m0fnu);
+  Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(at::kFloat8_e8m0fnu);
+  if (rowwise) {
+    if (experts) {
+      const auto s = weight_s_row_shape(G, N, K);
+      q_row = at::empty_symint({G, N, K}, fp8(at::kFloat8_e4m3fn));
+      s_row = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+    } else {
+      const auto q = q_row_shape(N, K);
+      const auto s = s_row_shape(N, K);
+      q_row = at::empty_symint({q.rows, q.cols}, fp8(at::kFloat8_e4m3fn));
+      s_row = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+    }
+  }
+  if (colwise) {
+    // Each expert's physical (K, N) array seen as its logical (N, K): strides (1, N).
+    if (experts) {
+      const auto s = weight_s_col_shape(G, N, K);
+      q_col = at::empty_strided_symint({G, N, K}, {N * K, SymInt(1), N}, fp8(at::kFloat8_e4m3fn));
+      s_col = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+    } else {
+      const auto q = q_col_shape(N, K);
+      const auto s = s_col_shape(N, K, SymInt(0), false);
+      q_col =
+          at::empty_strided_symint({q.cols, q.rows}, {SymInt(1), q.cols}, fp8(at::kFloat8_e4m3fn));
+      s_col = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+    }
+  }
+  if (kMeta) return {q_row, s_row, q_col, s_col};
+
+  QuantizeWeightParams p;
+  p.w = w.const_data_ptr();
+  p.dtype = *dtype;
+  p.G = experts ? w.size(0) : 1;
+  p.N = w.size(-2);
+  p.K = w.size(-1);
+  p.rounding = rounding;
+  p.scaling = scaling;
+  if (rowwise) {
+    p.q_row = bytes(q_row);
+    p.s_row = bytes(s_row);
+  }
+  if (colwise) {
+    p.q_col = bytes(q_col);
+    p.s_col = bytes(s_col);
+  }
+  const DeviceGuard guard(w);
+  p.stream = current_stream(w);
+  call_core(op, [&] { w.is_cuda() ? mxq::quantize_weight(p) : ref::quantize_weight(p); });
+  return {q_row, s_row, q_col, s_col};
+}
+
 // ---- validate_offs: the one offs checker, synchronizing for CUDA tensors ----
 
 void validate_offs(const Tensor& offs, int64_t M) {
@@ -335,6 +433,11 @@ TORCH_LIBRARY(mxq, m) {
   m.def("dequantize(Tensor q, Tensor scales, Tensor? offs=None, str layout=\"blocked\") -> Tensor",
         tags);
   m.def("validate_offs(Tensor offs, int M) -> ()");
+  m.def(
+      "quantize_weight(Tensor w, str scaling_mode=\"rceil\", str weight_scaling=\"32x32\", "
+      "bool rowwise=True, bool colwise=True) "
+      "-> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col)",
+      tags);
 }
 #undef MXQ_QUANT_ARGS
 
@@ -344,7 +447,8 @@ TORCH_LIBRARY(mxq, m) {
   m.impl("quantize_composed", &mxq::torch_ext::quantize_composed<meta>); \
   m.impl("quantize_rowwise", &mxq::torch_ext::quantize_rowwise<meta>);   \
   m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);   \
-  m.impl("dequantize", &mxq::torch_ext::dequantize<meta>)
+  m.impl("dequantize", &mxq::torch_ext::dequantize<meta>);               \
+  m.impl("quantize_weight", &mxq::torch_ext::quantize_weight<meta>)
 
 TORCH_LIBRARY_IMPL(mxq, CPU, m) {
   MXQ_REGISTER_IMPLS(m, false);

@@ -6,6 +6,7 @@ and Meta impls; see torch_ext/ops.cpp). The typed Python API:
     mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="fused")
     mxq.dequantize(q, scales, offs=None)
     mxq.validate_offs(offs, M)
+    mxq.quantize_weight(w, *, scaling_mode="rceil", weight_scaling="32x32", rowwise=True, colwise=True)
     mxq.MXFP8Linear(...)                      # mxq.linear; mxq.mxfp8_linear(x, weight, bias, ...) functional
     mxq.grouped_mm(x, w, offs, ...)           # mxq.moe: MXFP8 grouped GEMM (MoE experts), autograd
     mxq.MXFP8GroupedExperts(...)              # mxq.moe; mxq.GroupedExperts is the bf16 reference module
@@ -60,6 +61,7 @@ from .ops import (
     dequantize_rowwise,
     has_cuda_kernels,
     quantize,
+    quantize_weight,
     validate_offs,
 )
 
@@ -77,6 +79,7 @@ __all__ = [
     "mxfp8_linear",
     "nn",
     "quantize",
+    "quantize_weight",
     "testing",
     "validate_offs",
 ]

@@ -29,8 +29,10 @@ _quantize_composed = _ops.quantize_composed.default
 _quantize_rowwise = _ops.quantize_rowwise.default
 _quantize_colwise = _ops.quantize_colwise.default
 _dequantize = _ops.dequantize.default
+_quantize_weight = _ops.quantize_weight.default
 
 BACKENDS = ("fused", "composed")
+WEIGHT_SCALINGS = ("1x32", "32x32")
 
 
 class MXTensors(NamedTuple):
@@ -113,6 +115,43 @@ def validate_offs(offs: Tensor, M: int) -> None:
     if not isinstance(offs, Tensor):
         raise TypeError(f"mxq.validate_offs: offs must be a torch.Tensor, got {type(offs).__name__}")
     _ops.validate_offs(offs, M)
+
+
+def quantize_weight(
+    w: Tensor,
+    *,
+    scaling_mode: str = "rceil",
+    weight_scaling: str = "32x32",
+    rowwise: bool = True,
+    colwise: bool = True,
+) -> MXTensors:
+    """MXFP8-quantizes weights (docs/numerics.md §11): the bf16, fp16 or fp32 ``w`` of shape (G, N, K) (MoE experts)
+    or (N, K) (a dense Linear, G = 1), contiguous, N and K multiples of 32. Each expert's (N, K) matrix is quantized
+    on its own, rowwise along K (the forward GEMM's operand) and/or colwise along N (dgrad's), from one read of w.
+
+    ``weight_scaling``: ``"32x32"`` (default) gives one scale per 32x32 tile of an expert, shared by both axes, so
+    the colwise bytes are exactly the per-expert transpose of the rowwise bytes; ``"1x32"`` scales each axis in its
+    own 32-element blocks, as :func:`quantize` does.
+
+    Outputs (the axes not requested are None), 3-D w / 2-D w:
+
+        q_row  (G, N, K) / (N, K), contiguous
+        s_row  (G, roundup(N,128)*roundup(K/32,4)) / (roundup(N,128), roundup(K/32,4)): each expert's S_row (N, K/32)
+               in the blocked layout
+        q_col  logical (G, N, K) with strides (N*K, 1, N) / logical (N, K) with strides (1, N): the row-major (G, K, N)
+               / (K, N) array the kernel writes, q_col[g, n, k] = W[g, n, k] quantized along N
+        s_col  (G, roundup(K,128)*roundup(N/32,4)) / (roundup(K,128), roundup(N/32,4)): each expert's S_col (K, N/32)
+               in the blocked layout
+
+    These are torch._scaled_grouped_mm's (and, for 2-D w, torch._scaled_mm's) right-hand operands: the forward takes
+    ``q_row.transpose(-2, -1)`` with ``s_row`` (contraction over K), dgrad takes ``q_col`` with ``s_col``
+    (contraction over N); both are column-major in their last two dimensions. (The op itself returns empty tensors
+    for a skipped axis; this wrapper returns None.)
+    """
+    q_row, s_row, q_col, s_col = _quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
+    return MXTensors(
+        q_row if rowwise else None, s_row if rowwise else None, q_col if colwise else None, s_col if colwise else None
+    )
 
 
 def has_cuda_kernels() -> bool:

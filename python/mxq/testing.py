@@ -12,7 +12,8 @@ the contract in one of them shows up against the other. Everything runs on the C
 
 Layouts: blocked (docs/numerics.md §5) through reshape/permute of 128x4 atoms; K-groups and M-groups (docs/numerics.md §6) by placing
 each group's blocked sub-matrix. Scale and data tensors are returned as uint8 (raw bytes), or with the op's
-dtypes from :func:`quantize`.
+dtypes from :func:`quantize`. Expert weights (docs/numerics.md §11): :func:`quantize_weight`, its 1x32 policy
+through :func:`quantize_blocks`, its 32x32 policy through :func:`quantize_tiles`.
 """
 
 from __future__ import annotations
@@ -264,6 +265,71 @@ def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None, layout: st
     scale = e8m0_value(S).repeat_interleave(BLOCK, dim=1)
     out = (qf * scale).to(torch.bfloat16)
     return torch.where(covered.repeat_interleave(BLOCK).unsqueeze(0), out, torch.zeros((), dtype=torch.bfloat16))
+
+
+# ---- expert weights (docs/numerics.md §11) ----
+
+WEIGHT_SCALINGS = ("1x32", "32x32")
+
+
+def quantize_tiles(v: Tensor, scaling_mode: str = "rceil") -> tuple[Tensor, Tensor]:
+    """Quantizes 32x32 tiles, the last two dims of bf16, fp16 or fp32 ``v`` (size 32 each): one scale per tile from
+    the NaN-propagating amax of its 1024 values (§2 steps 2-3), every value quantized with it (§2 steps 4-6).
+    Returns (data bytes like v, scale bytes v.shape[:-2])."""
+    assert v.dtype in INPUT_DTYPES and v.shape[-2:] == (BLOCK, BLOCK), (v.dtype, v.shape)
+    f = v.float()
+    a = f.abs().flatten(-2)
+    amax = torch.where(torch.isnan(a).any(-1), torch.tensor(float("nan")), a.amax(-1))
+    s = scale_bytes(amax, scaling_mode)
+    r = e8m0_value((254 - s) & 0xFF)
+    return e4m3_bytes(f * r[..., None, None]), s.to(torch.uint8)
+
+
+def _expert_blocked(S: Tensor) -> Tensor:
+    """(G, R, C) scale matrices -> (G, roundup(R,128)*roundup(C,4)): each expert's blocked layout, flattened."""
+    return torch.stack([to_blocked(S[g]).reshape(-1) for g in range(S.shape[0])]) if S.shape[0] else S.new_zeros(0, 0)
+
+
+def quantize_weight(
+    w: Tensor, scaling_mode: str = "rceil", weight_scaling: str = "32x32"
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(q_row, s_row, q_col, s_col) of expert weights ``w`` (G, N, K) or a dense weight (N, K) on the CPU, with the
+    dtypes, shapes and strides of torch.ops.mxq.quantize_weight (both axes).
+
+    1x32: S_row[n, j] covers W[g, n, 32j:32j+32], S_col[k, i] covers W[g, 32i:32i+32, k] (the 2-D contract per
+    expert). 32x32: tile (b, c) = W[g, 32b:32b+32, 32c:32c+32] has one scale s; S_row[n, c] = s for its 32 rows,
+    S_col[k, b] = s for its 32 columns, and q_col[g, k, n] = q_row[g, n, k]. Each expert's S_row (N, K/32) and
+    S_col (K, N/32) are blocked on their own and the experts' regions follow one another."""
+    if w.dtype not in INPUT_DTYPES or w.dim() not in (2, 3):
+        raise ValueError(f"w must be a 2-D or 3-D bf16, fp16 or fp32 tensor, got {w.dtype} {tuple(w.shape)}")
+    if weight_scaling not in WEIGHT_SCALINGS:
+        raise ValueError(f'weight_scaling must be "1x32" or "32x32", got {weight_scaling!r}')
+    experts = w.dim() == 3
+    W = (w if experts else w.unsqueeze(0)).detach().cpu()
+    G, N, K = W.shape
+    if N % BLOCK or K % BLOCK:
+        raise ValueError(f"N and K must be multiples of {BLOCK}, got {N}x{K}")
+    if weight_scaling == "1x32":
+        q_row, S_row = quantize_blocks(W.reshape(G, N, K // BLOCK, BLOCK), scaling_mode)
+        q_col, S_col = quantize_blocks(W.transpose(1, 2).reshape(G, K, N // BLOCK, BLOCK), scaling_mode)
+        # q_col: each expert's (K, N) array, row-major (elementwise ops keep the transposed input's strides).
+        q_row, q_col = q_row.reshape(G, N, K).contiguous(), q_col.reshape(G, K, N).contiguous()
+    else:
+        tiles = W.reshape(G, N // BLOCK, BLOCK, K // BLOCK, BLOCK).transpose(2, 3)  # (G, N/32, K/32, 32, 32)
+        q, s = quantize_tiles(tiles, scaling_mode)
+        q_row = q.transpose(2, 3).reshape(G, N, K)
+        q_col = q_row.transpose(1, 2).contiguous()
+        S_row = s.repeat_interleave(BLOCK, dim=1)  # (G, N, K/32)
+        S_col = s.transpose(1, 2).repeat_interleave(BLOCK, dim=1)  # (G, K, N/32)
+    e4m3, e8m0 = torch.float8_e4m3fn, torch.float8_e8m0fnu
+    if experts:
+        s_row, s_col = _expert_blocked(S_row), _expert_blocked(S_col)
+        # q_col: the (G, K, N) array seen as (G, N, K) with strides (N*K, 1, N).
+        q_col = q_col.view(e4m3).as_strided((G, N, K), (N * K, 1, N))
+        return q_row.view(e4m3), s_row.view(e8m0), q_col, s_col.view(e8m0)
+    s_row, s_col = to_blocked(S_row[0]), to_blocked(S_col[0])
+    q_col = q_col[0].view(e4m3).as_strided((N, K), (1, N))
+    return q_row[0].view(e4m3), s_row.view(e8m0), q_col, s_col.view(e8m0)
 
 
 # ---- byte-exact comparison ----
