@@ -1,0 +1,338 @@
+"""mxq.grouped_mm and MXFP8GroupedExperts (docs/training.md): the numerics bars against a bf16 grouped GEMM with the
+same weights at G = 8 with uneven 32-multiple groups, an empty group and a padding tail; bitwise-identical outputs
+and gradients between the "fused" and "composed" backends; the operands and layouts of each GEMM (byte-exact against
+explicit op calls); the tail (output 0, gradient 0, NaN there changes nothing else) and empty groups (dW 0); the
+per-group fallback; torch.compile(fullgraph=True); a CUDA-graph-captured training step; the error cases. CPU dispatch
+(the C++ reference ops, the emulated grouped GEMM) everywhere, CUDA where present."""
+
+import pytest
+
+pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
+
+import copy
+import math
+
+import mxq
+import mxq.linear
+import mxq.moe
+import torch
+from helpers import DEVICES, requires_cuda
+from mxq import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
+from test_linear import BARS, WEIGHT_SCALINGS, _identical, _RecordingOps, check_scaling_mode_explicit, sqnr
+
+# G = 8: uneven 32-multiple groups, an empty one (index 2), and a 128-row tail past offs[-1].
+SIZES = [96, 160, 0, 64, 224, 32, 128, 192]
+TAIL = 128
+
+
+def _offs(sizes, device):
+    return torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32).to(device)
+
+
+def _data(device, K, N, sizes=SIZES, tail=TAIL, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    M = sum(sizes) + tail
+    x = torch.randn(M, K, generator=g).to(device, torch.bfloat16)
+    w = (torch.randn(len(sizes), N, K, generator=g) / math.sqrt(K)).to(device, torch.bfloat16)
+    dy = torch.randn(M, N, generator=g).to(device, torch.bfloat16)
+    return x, w, dy, _offs(sizes, device)
+
+
+def _run(fn, x, w, dy):
+    x = x.clone().requires_grad_(True)
+    w = w.clone().requires_grad_(True)
+    y = fn(x, w)
+    y.backward(dy)
+    return y.detach(), x.grad, w.grad
+
+
+def _check(device, K, N, weight_scaling):
+    x, w, dy, offs = _data(device, K, N)
+    expected = _run(lambda a, b: bf16_grouped_mm(a, b, offs), x, w, dy)
+    results = {}
+    for backend in ("fused", "composed"):
+        for x_colwise in ("high_precision", "quantized"):
+            opts = {"weight_scaling": weight_scaling, "backend": backend, "x_colwise": x_colwise}
+            results[backend, x_colwise] = _run(lambda a, b, o=opts: grouped_mm(a, b, offs, **o), x, w, dy)
+    base = results["fused", "high_precision"]
+    for key, got in results.items():
+        _identical(got, base, f"{key} vs ('fused', 'high_precision')")
+    figures = [sqnr(exp, got) for got, exp in zip(base, expected)]
+    for s, bar, n in zip(figures, BARS, ("output", "input grad", "weight grad")):
+        assert s >= bar, f"{n}: SQNR {s:.2f} dB < {bar} dB (weight_scaling={weight_scaling}, {device})"
+    return figures
+
+
+@pytest.mark.parametrize("weight_scaling", WEIGHT_SCALINGS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_numerics_bars_and_backends(device, weight_scaling):
+    # M = 1024 tokens (896 in groups + a 128-row tail), K = 1024, N = 2048 experts, G = 8.
+    figures = _check(device, 1024, 2048, weight_scaling)
+    print(f"grouped_mm {device} {weight_scaling}: SQNR y/dx/dW = " + " / ".join(f"{s:.2f}" for s in figures))
+
+
+@pytest.mark.parametrize("weight_scaling", WEIGHT_SCALINGS)
+def test_numerics_bars_small_cpu(weight_scaling):
+    # The same bars at a small shape (quick on the CPU dispatch): K = 256, N = 128.
+    figures = _check("cpu", 256, 128, weight_scaling)
+    print(f"grouped_mm cpu small {weight_scaling}: SQNR y/dx/dW = " + " / ".join(f"{s:.2f}" for s in figures))
+
+
+def _dequantize_experts_one_by_one(q, s):
+    """bf16 (G, R, C) from per-expert data and per-expert blocked scales, one 2-D blocked dequantize per expert."""
+    G, R, C = q.shape
+    rows, cols = -(-R // 128) * 128, -(-(C // 32) // 4) * 4
+    return torch.stack([torch.ops.mxq.dequantize(q[g], s[g].view(rows, cols), None, "blocked") for g in range(G)])
+
+
+@pytest.mark.parametrize("scaling_mode", ["rceil", "floor"])
+@pytest.mark.parametrize("weight_scaling", WEIGHT_SCALINGS)
+@pytest.mark.parametrize("device", DEVICES)
+def test_gemm_operands_bytes(device, weight_scaling, scaling_mode):
+    """Each grouped GEMM consumes exactly the operands and layouts of the table in mxq/moe.py: y, dx, dW equal
+    bf16 grouped GEMMs of explicitly quantized and dequantized operands (M-groups, K-groups, per-expert blocked), bit
+    for bit. N = 96 is not a multiple of 128, so the per-expert scale regions have padding."""
+    ops = torch.ops.mxq
+    x, w, dy, offs = _data(device, 64, 96, seed=2)
+    got = _run(
+        lambda a, b: grouped_mm(a, b, offs, weight_scaling=weight_scaling, scaling_mode=scaling_mode, gemm="emulated"),
+        x,
+        w,
+        dy,
+    )
+    q_x, s_x = ops.quantize_rowwise(x, 32, scaling_mode, offs)  # M-groups s_row
+    q_w, s_w, q_w_col, s_w_col = ops.quantize_weight(
+        w, scaling_mode=scaling_mode, weight_scaling=weight_scaling, rowwise=True, colwise=True
+    )
+    q_dy, s_dy, q_dy_col, s_dy_col = ops.quantize(dy, 32, scaling_mode, offs)  # M-groups s_row, K-groups s_col
+    q_x_col, s_x_col = ops.quantize_colwise(x, 32, scaling_mode, offs)  # K-groups s_col
+    w_row = _dequantize_experts_one_by_one(q_w, s_w)  # (G, N, K), along K
+    w_col = _dequantize_experts_one_by_one(q_w_col.transpose(-2, -1), s_w_col)  # (G, K, N), along N
+    covered = (torch.arange(x.shape[0], device=device) < offs[-1]).unsqueeze(1)
+    nonempty = (torch.diff(offs, prepend=offs.new_zeros(1)) > 0).view(-1, 1, 1)
+    zero = torch.zeros((), dtype=torch.bfloat16, device=device)
+    gmm = torch._grouped_mm
+    y = gmm(ops.dequantize(q_x, s_x, offs, "m_groups"), w_row.transpose(-2, -1), offs=offs)
+    dx = gmm(ops.dequantize(q_dy, s_dy, offs, "m_groups"), w_col.transpose(-2, -1), offs=offs)
+    dw = gmm(
+        ops.dequantize(q_dy_col.t(), s_dy_col, offs, "k_groups"),
+        ops.dequantize(q_x_col.t(), s_x_col, offs, "k_groups").t(),
+        offs=offs,
+    )
+    expected = (torch.where(covered, y, zero), torch.where(covered, dx, zero), torch.where(nonempty, dw, zero))
+    _identical(got, expected, f"{weight_scaling} {scaling_mode}")
+    if weight_scaling == "32x32":  # one byte set serves the forward and dgrad operands
+        assert torch.equal(w_row.view(torch.int16), w_col.transpose(-2, -1).view(torch.int16))
+
+
+@pytest.mark.parametrize("scaling_mode", ["rceil", "floor"])
+def test_scaling_mode_passed_explicitly_to_every_op(monkeypatch, scaling_mode):
+    rec = _RecordingOps()
+    monkeypatch.setattr(mxq.linear, "_ops", rec)
+    monkeypatch.setattr(mxq.moe, "_ops", rec)
+    x, w, dy, offs = _data("cpu", 64, 64)
+    _run(lambda a, b: grouped_mm(a, b, offs, scaling_mode=scaling_mode), x, w, dy)
+    names = [c[0] for c in rec.calls]
+    assert names.count("quantize_weight") == 1 and "quantize" in names and "quantize_colwise" in names, names
+    assert {c[3] for c in (call[1] for call in rec.calls if call[0] == "dequantize")} == {"m_groups", "k_groups"}
+    check_scaling_mode_explicit(rec.calls, scaling_mode)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_tail_and_empty_groups(device):
+    """Tail rows: output 0 and input gradient 0; NaN/Inf in the tail rows of x and dy change nothing else, bit for
+    bit (the tail's tokens are in no GEMM). Empty groups: dW 0."""
+    x, w, dy, offs = _data(device, 128, 64)
+    clean = _run(lambda a, b: grouped_mm(a, b, offs), x, w, dy)
+    start = sum(SIZES)
+    x_bad, dy_bad = x.clone(), dy.clone()
+    x_bad[start:, ::3] = float("nan")
+    x_bad[start:, 1::3] = float("inf")
+    dy_bad[start:] = float("nan")
+    dirty = _run(lambda a, b: grouped_mm(a, b, offs), x_bad, w, dy_bad)
+    _identical(dirty, clean, "NaN tail vs clean")
+    y, dx, dw = clean
+    assert torch.count_nonzero(y[start:]) == 0 and torch.count_nonzero(dx[start:]) == 0
+    assert torch.count_nonzero(dw[2]) == 0  # the empty group
+    assert torch.isfinite(y).all() and torch.isfinite(dx).all() and torch.isfinite(dw).all()
+    assert torch.count_nonzero(y[:start]) > 0.99 * y[:start].numel()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_tail_all_groups_empty_but_one(device):
+    x, w, dy, offs = _data(device, 64, 64, sizes=[0, 0, 256, 0], tail=0)
+    got = _run(lambda a, b: grouped_mm(a, b, offs), x, w, dy)
+    want = _run(lambda a, b: bf16_grouped_mm(a, b, offs), x, w, dy)
+    for a, b in zip(got, want):
+        assert sqnr(b, a) >= 24
+    assert torch.count_nonzero(got[2][[0, 1, 3]]) == 0
+
+
+def test_per_group_fallback_matches_grouped_mm(monkeypatch):
+    x, w, dy, offs = _data("cpu", 64, 96)
+    fast = _run(lambda a, b: grouped_mm(a, b, offs), x, w, dy)
+    assert mxq.moe.grouped_gemm_path(torch.device("cpu")) == "emulated_grouped_mm"
+    monkeypatch.setattr(mxq.moe, "bf16_grouped_mm_available", lambda device: False)
+    assert mxq.moe.grouped_gemm_path(torch.device("cpu")) == "emulated_per_group"
+    slow = _run(lambda a, b: grouped_mm(a, b, offs), x, w, dy)
+    ref_slow = _run(lambda a, b: bf16_grouped_mm(a, b, offs), x, w, dy)
+    monkeypatch.undo()
+    ref_fast = _run(lambda a, b: bf16_grouped_mm(a, b, offs), x, w, dy)
+    for a, b in zip(slow + ref_slow, fast + ref_fast):
+        torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-2)
+
+
+def test_gemm_path_capability_check():
+    cpu = torch.device("cpu")
+    assert mxq.moe.grouped_gemm_path(cpu) == "emulated_grouped_mm"
+    assert mxq.moe.grouped_gemm_path(cpu, "emulated") == "emulated_grouped_mm"
+    assert mxq.moe.grouped_gemm_path(cpu, "scaled_grouped_mm") == "scaled_grouped_mm"  # forced: no silent switch
+    if torch.cuda.is_available():
+        dev = torch.device("cuda")
+        major = torch.cuda.get_device_capability(dev)[0]
+        want = "scaled_grouped_mm" if major >= 10 else "emulated_grouped_mm" if major >= 9 else "emulated_per_group"
+        assert mxq.moe.grouped_gemm_path(dev) == want
+
+
+@pytest.mark.parametrize("kind", ["swiglu", "linear"])
+@pytest.mark.parametrize("device", DEVICES)
+def test_experts_module_matches_bf16_experts(device, kind):
+    torch.manual_seed(0)
+    ref = GroupedExperts(4, 128, 256, kind=kind, device=device, dtype=torch.float32)  # fp32 master weights
+    m = MXFP8GroupedExperts.from_experts(ref)
+    sizes = [64, 0, 96, 32]
+    offs = _offs(sizes, device)
+    x = torch.randn(sum(sizes) + 32, 128, device=device, dtype=torch.bfloat16)
+    outs = []
+    for mod in (ref, m):
+        xi = x.clone().requires_grad_(True)
+        y = mod(xi, offs)
+        y.float().square().sum().backward()
+        outs.append((y.detach(), xi.grad, *[p.grad for p in mod.parameters()]))
+    (ref_out, mx_out) = outs
+    assert mx_out[0].shape == (x.shape[0], 128 if kind == "swiglu" else 256) and mx_out[0].dtype == torch.bfloat16
+    assert all(p.grad.dtype == torch.float32 for p in m.parameters())
+    bar = 24 if kind == "linear" else 20  # swiglu: three GEMMs and two activation casts in a row
+    for a, b in zip(mx_out, ref_out):
+        assert sqnr(b, a) >= bar
+    assert torch.count_nonzero(mx_out[0][sum(sizes) :]) == 0 and torch.count_nonzero(mx_out[1][sum(sizes) :]) == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_compiled_fullgraph_forward_backward_matches_eager(device):
+    x, w, dy, offs = _data(device, 64, 96)
+    m = MXFP8GroupedExperts(8, 64, 96, kind="linear", device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        m.weight.copy_(w)
+
+    def run(mod):
+        xi = x.clone().requires_grad_(True)
+        mod(xi, offs).backward(dy)
+        out = (xi.grad, m.weight.grad.clone())
+        m.weight.grad = None
+        return out
+
+    eager = run(m)
+    compiled_mod = torch.compile(m, fullgraph=True)
+    compiled = run(compiled_mod)
+    y_eager, y_compiled = m(x, offs), compiled_mod(x, offs)
+    if device == "cpu":
+        _identical((y_compiled, *compiled), (y_eager, *eager), "compiled vs eager")
+    else:
+        for a, b in zip((y_compiled, *compiled), (y_eager, *eager)):
+            torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-3)
+
+
+@requires_cuda
+def test_cuda_graph_training_step():
+    """A MoE training step (grouped_mm forward and backward, SGD update) captured in a CUDA graph and replayed equals
+    the same steps run eagerly; offs is a device tensor read by the kernels (no host sync on the graphed path)."""
+    if mxq.moe.grouped_gemm_path(torch.device("cuda")) == "emulated_per_group":
+        pytest.skip("this device has no torch._grouped_mm kernel: the per-group fallback reads offs on the host")
+    torch.manual_seed(0)
+    base = GroupedExperts(8, 128, 256, kind="swiglu", device="cuda")
+    eager = MXFP8GroupedExperts.from_experts(base)
+    graphed = MXFP8GroupedExperts.from_experts(base)
+    offs = _offs(SIZES, "cuda")
+    M = sum(SIZES) + TAIL
+    data = [(torch.randn(M, 128, device="cuda"), torch.randn(M, 128, device="cuda")) for _ in range(4)]
+
+    def step(model, opt, x, t):
+        opt.zero_grad(set_to_none=False)
+        loss = (model(x, offs).float() - t).square().mean()
+        loss.backward()
+        opt.step()
+        return loss
+
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.5)
+    losses_e = [step(eager, opt_e, x, t).item() for x, t in data]
+    opt_g = torch.optim.SGD(graphed.parameters(), lr=0.5)
+    init = [p.detach().clone() for p in graphed.parameters()]
+    static_x, static_t = data[0][0].clone(), data[0][1].clone()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            step(graphed, opt_g, static_x, static_t)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = step(graphed, opt_g, static_x, static_t)
+    with torch.no_grad():
+        for p, p0 in zip(graphed.parameters(), init):
+            p.copy_(p0)
+    losses_g = []
+    for x, t in data:
+        static_x.copy_(x)
+        static_t.copy_(t)
+        graph.replay()
+        losses_g.append(static_loss.item())
+    assert losses_g == pytest.approx(losses_e, rel=1e-2), (losses_g, losses_e)
+    for p, q in zip(graphed.parameters(), eager.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-3)
+
+
+def test_errors():
+    x = torch.randn(128, 64, dtype=torch.bfloat16)
+    w = torch.randn(4, 96, 64, dtype=torch.bfloat16)
+    offs = torch.tensor([32, 64, 64, 96], dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"mxq.grouped_mm: x must be 2-D \(M, K\)"):
+        grouped_mm(x.view(2, 64, 64), w, offs)
+    with pytest.raises(ValueError, match=r"mxq.grouped_mm: w must be 3-D \(G, N, K\)"):
+        grouped_mm(x, w[0], offs)
+    with pytest.raises(
+        ValueError, match="offs must be a 1-D int32 tensor of G cumulative group ends, got a torch.int64"
+    ):
+        grouped_mm(x, w, offs.long())
+    with pytest.raises(ValueError, match=r"offs must hold one end offset per expert \(G = 4\), got 3"):
+        grouped_mm(x, w, offs[:3])
+    with pytest.raises(ValueError, match="must share K"):
+        grouped_mm(x, torch.randn(4, 96, 32, dtype=torch.bfloat16), offs)
+    with pytest.raises(ValueError, match=r"the token count M must be a multiple of 32, got 112"):
+        grouped_mm(x[:112], w, offs)
+    with pytest.raises(ValueError, match="N must be a multiple of 32, got 80"):
+        grouped_mm(x, torch.randn(4, 80, 64, dtype=torch.bfloat16), offs)
+    with pytest.raises(ValueError, match='weight_scaling must be "32x32" or "1x32"'):
+        grouped_mm(x, w, offs, weight_scaling="1x1")
+    with pytest.raises(ValueError, match='backend must be "fused" or "composed"'):
+        grouped_mm(x, w, offs, backend="triton")
+    with pytest.raises(ValueError, match='gemm must be "auto", "emulated" or "scaled_grouped_mm"'):
+        grouped_mm(x, w, offs, gemm="cutlass")
+    # A malformed offs on the CPU dispatch: the reference's own message (a group size not a multiple of 32).
+    with pytest.raises(ValueError, match=r"offs\[1\]"):
+        grouped_mm(x, w, torch.tensor([32, 48, 64, 96], dtype=torch.int32))
+    with pytest.raises(ValueError, match="MXFP8GroupedExperts: dim must be a multiple of 32, got 100"):
+        MXFP8GroupedExperts(4, 100, 64)
+    with pytest.raises(ValueError, match="MXFP8GroupedExperts: hidden_dim must be a multiple of 32, got 40"):
+        MXFP8GroupedExperts(4, 64, 40)
+    with pytest.raises(ValueError, match='kind must be "swiglu" or "linear"'):
+        GroupedExperts(4, 64, 64, kind="gelu")
+    with pytest.raises(ValueError, match="must declare mxq_experts"):
+        MXFP8GroupedExperts.from_experts(torch.nn.Linear(64, 64))
+
+
+def test_deepcopy_and_state_dict_roundtrip():
+    m = MXFP8GroupedExperts(2, 64, 64)
+    m2 = copy.deepcopy(m)
+    m2.load_state_dict(m.state_dict())
+    assert set(m.state_dict()) == {"w1", "w2", "w3"} and m2.config() == m.config()
