@@ -273,13 +273,12 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
   const bool grouped = offs.has_value();
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
   const auto want = layout == ScaleLayout::kMGroups ? s_row_shape(rows, cols, G, true)
-                                                     : s_col_shape(cols, rows, G, grouped);
+                                                    : s_col_shape(cols, rows, G, grouped);
   const c10::SymBool shape_ok =
       scales.sym_size(0).sym_eq(want.rows).sym_and(scales.sym_size(1).sym_eq(want.cols));
   TORCH_CHECK_VALUE(shape_ok.expect_true(__FILE__, __LINE__), op, ": scales must have shape [",
-                    want.rows, ", ", want.cols, "] for q of shape ", q.sym_sizes(),
-                    " (", layout_name, " layout), got ",
-                    scales.sym_sizes());
+                    want.rows, ", ", want.cols, "] for q of shape ", q.sym_sizes(), " (",
+                    layout_name, " layout), got ", scales.sym_sizes());
   Tensor out = at::empty_symint({rows, cols}, q.options().dtype(at::kBFloat16));
   if (kMeta) return out;
 

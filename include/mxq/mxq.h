@@ -16,7 +16,7 @@
 //
 // Every entry point validates its arguments before anything is launched or written and throws
 // mxq::Error with a message for users: the op, the argument, the rule and the value
-// ("mxq::quantize: K must be a multiple of 128 on the GPU, got 100"). GPU entry points enqueue on
+// ("mxq::quantize: K must be a multiple of 32, got 100"). GPU entry points enqueue on
 // p.stream and never synchronize. Pointers must be device memory of the current device: mxq does
 // not query pointer attributes per call (that costs microseconds on every call); the torch layer
 // checks tensor devices.
@@ -71,7 +71,7 @@ std::string describe_status(int32_t status);
 
 // ---- quantize: x -> rowwise 1x32 and/or colwise 32x1 (docs/numerics.md §5-§6) ----
 struct QuantizeParams {
-  const void* x = nullptr;  // (M, K), row-major, 16-byte aligned
+  const void* x = nullptr;         // (M, K), row-major, 16-byte aligned
   DType dtype = DType::kBFloat16;  // x's element type: bf16, fp16 or fp32
   int64_t M = 0;
   int64_t K = 0;
