@@ -47,7 +47,9 @@ std::string dense_name(const ::testing::TestParamInfo<DenseParam>& info) {
 INSTANTIATE_TEST_SUITE_P(
     Dense, GpuOps,
     ::testing::Combine(::testing::ValuesIn(kAllPaths),
-                       ::testing::Values(Shape{128, 128}, Shape{256, 512}, Shape{1024, 384},
+                       // 32-multiples (partial 128x128 tiles) and whole tiles
+                       ::testing::Values(Shape{32, 32}, Shape{96, 160}, Shape{544, 96},
+                                         Shape{128, 128}, Shape{256, 512}, Shape{1024, 384},
                                          Shape{512, 4096}),
                        ::testing::Values(Dist::kSpecial, Dist::kNormal, Dist::kUniform, Dist::kWide,
                                          Dist::kArange),
@@ -92,7 +94,7 @@ std::string grouped_name(const ::testing::TestParamInfo<GroupedParam>& info) {
 INSTANTIATE_TEST_SUITE_P(
     Offs, GpuGrouped,
     ::testing::Combine(::testing::ValuesIn(kAllPaths),
-                       ::testing::Values(Shape{1024, 384}, Shape{8192, 256}),
+                       ::testing::Values(Shape{1056, 224}, Shape{1024, 384}, Shape{8192, 256}),
                        ::testing::Values(1, 4, 8, 64),
                        ::testing::Values(GroupFill::kTail, GroupFill::kFull, GroupFill::kEmpty),
                        ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
@@ -403,8 +405,8 @@ class GpuTargeted : public GpuTestWithParam<TargetParam> {};
 TEST_P(GpuTargeted, AllPathsMatchReference) {
   const auto [target, rounding] = GetParam();
   const Shape shape = target == Target::kCvtSweep       ? Shape{4096, 4096}
-                      : target == Target::kSpecialTiles ? Shape{640, 640}
-                                                        : Shape{512, 768};
+                      : target == Target::kSpecialTiles ? Shape{640, 672}
+                                                        : Shape{544, 800};
   const uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<uint16_t> x = make_target_input(target, shape.M, shape.K, seed);

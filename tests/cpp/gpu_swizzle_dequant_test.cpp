@@ -103,9 +103,9 @@ std::string swizzle_name(const ::testing::TestParamInfo<SwizzleParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, GpuComposedSwizzle,
-                         ::testing::Combine(::testing::Values(Shape{128, 128}, Shape{256, 512},
-                                                              Shape{1024, 384}, Shape{512, 4096},
-                                                              Shape{8192, 256}),
+                         ::testing::Combine(::testing::Values(Shape{96, 160}, Shape{128, 128},
+                                                              Shape{256, 512}, Shape{1056, 224},
+                                                              Shape{512, 4096}, Shape{8192, 256}),
                                             ::testing::ValuesIn(kGroupings)),
                          swizzle_name);
 
@@ -210,15 +210,16 @@ std::string dequant_name(const ::testing::TestParamInfo<DequantParam>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Rowwise, GpuDequantize,
                          ::testing::Combine(::testing::Values(DequantMode::kRowwise),
-                                            ::testing::Values(Shape{128, 128}, Shape{256, 512},
-                                                              Shape{1024, 384}, Shape{512, 4096},
-                                                              Shape{8192, 256}),
+                                            ::testing::Values(Shape{96, 160}, Shape{128, 128},
+                                                              Shape{256, 512}, Shape{1024, 384},
+                                                              Shape{512, 4096}, Shape{8192, 256}),
                                             ::testing::ValuesIn(kGroupings)),
                          dequant_name);
 INSTANTIATE_TEST_SUITE_P(Colwise, GpuDequantize,
                          ::testing::Combine(::testing::Values(DequantMode::kColwise),
-                                            ::testing::Values(Shape{128, 128}, Shape{256, 512},
-                                                              Shape{1024, 384}, Shape{8192, 256}),
+                                            ::testing::Values(Shape{96, 160}, Shape{128, 128},
+                                                              Shape{256, 512}, Shape{1024, 384},
+                                                              Shape{8192, 256}),
                                             ::testing::ValuesIn(kGroupings)),
                          dequant_name);
 
