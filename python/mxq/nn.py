@@ -184,16 +184,20 @@ def convert(
         skipped.append(
             Skipped("", type(model).__name__, "the root module cannot be replaced in place (convert its parent)")
         )
-    # Walk every (parent, child) edge, so a module registered under several names is replaced under all of them.
-    for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
-        for child_name, child in list(parent.named_children()):
-            kind = _candidate_kind(child)
-            if kind is None:
-                continue
-            if id(child) not in decided:
-                name = f"{parent_name}.{child_name}" if parent_name else child_name
-                decided[id(child)] = decide(name, child, kind)
-            new = decided[id(child)]
+    # Decide in named_modules order (each module once, however many names it has); nothing inside a converted
+    # module is visited (it goes away with it).
+    gone: list[str] = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        kind = _candidate_kind(m)
+        if not name or kind is None or id(m) in decided or any(name.startswith(g + ".") for g in gone):
+            continue
+        decided[id(m)] = decide(name, m, kind)
+        if decided[id(m)] is not None:
+            gone.append(name)
+    # Replace along every (parent, child) edge, so a module registered under several names is replaced under all.
+    for parent in list(model.modules()):
+        for child_name, child in list(parent._modules.items()):  # named_children() would skip repeats
+            new = decided.get(id(child))
             if new is not None:
                 setattr(parent, child_name, new)
     return ConversionSummary(converted, skipped)

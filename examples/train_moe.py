@@ -1,0 +1,397 @@
+"""Train a small MoE transformer twice — bf16, then MXFP8 via mxq.nn.convert — and check the two loss curves agree.
+
+    python examples/train_moe.py                       # defaults: 300 steps, CUDA if present, ./train_moe_out
+    python examples/train_moe.py --steps 500 --device cuda --out-dir /tmp/moe --seed 1
+    python examples/train_moe.py --tiny --steps 5 --device cpu   # the smoke-test config (seconds on a CPU)
+
+The model: token + position embeddings, ``--layers`` pre-norm transformer blocks (causal attention, then a
+feed-forward that is dense — Linear, GELU, Linear — in even blocks and a mixture of experts in odd ones), a final
+norm and an LM head. A MoE feed-forward has a router (nn.Linear to the expert count, softmax, top-k, renormalized
+gate weights, a Switch-style load-balancing loss) and a dispatcher written here: the (token, choice) pairs are sorted
+by expert, each expert's group is padded to a multiple of 32 rows, the buffer is sized for the worst case (no host
+sync), and the experts (mxq.GroupedExperts, SwiGLU, the expert-module interface of docs/training.md) run on it
+with the group end offsets; the outputs are gathered back and combined with the gate weights.
+
+The data: a synthetic language the example generates — each sequence draws one of ``--topics`` hidden topics, and
+every topic is a sparse random Markov chain over the vocabulary (each token has a few likely successors). The
+model must learn the transition tables and infer the topic from the context; the loss falls from ln(vocab) (chance)
+towards the chain's entropy. Both runs see the same batches in the same order and start from the same weights
+(same seed).
+
+Run 1: the model as built (bf16 autocast, fp32 master weights). Run 2: the same model after ``mxq.nn.convert``:
+every nn.Linear with 32-multiple dims becomes MXFP8Linear and the experts MXFP8GroupedExperts (32x32 weight tiles,
+fused activation casts, RCEIL); the router (out_features = expert count) is skipped, as the summary shows. Below
+SM100 (e.g. an H200) the MXFP8 GEMMs are emulated (mxq dequantizes the MXFP8 operands and runs bf16 GEMMs), so the
+run measures MXFP8 numerics, not MXFP8 speed.
+
+Output: a progress line every ``--log-every`` steps (step, loss, tokens/s), ``losses.png`` (both curves; skipped
+with a message when matplotlib is missing) and ``results.json`` (per-step losses, tokens/s, the config, the
+conversion summary, the mean loss over the last 50 steps of each run and their ratio) in ``--out-dir``. Exit
+status 1 when the MXFP8 run's last-50 mean loss is not within ``--tolerance`` (default 1%) of bf16's, else 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+
+import mxq
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WINDOW = 50  # the final mean loss is over the last WINDOW steps (all steps when there are fewer)
+
+
+@dataclasses.dataclass
+class Config:
+    vocab: int = 256
+    dim: int = 256
+    heads: int = 4
+    layers: int = 4
+    dense_hidden: int = 1024
+    experts: int = 8
+    top_k: int = 2
+    expert_hidden: int = 512
+    seq_len: int = 256
+    batch: int = 32
+    topics: int = 4
+    successors: int = 4
+    lr: float = 3e-3
+    warmup: int = 30
+    aux_loss: float = 0.01
+
+
+TINY = Config(
+    vocab=64,
+    dim=64,
+    heads=2,
+    layers=2,
+    dense_hidden=128,
+    experts=4,
+    top_k=2,
+    expert_hidden=64,
+    seq_len=64,
+    batch=4,
+    topics=2,
+    warmup=2,
+)
+
+
+# ---- data: a topic-conditioned sparse Markov chain ----
+
+
+def make_language(cfg: Config, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(transition CDFs (topics, V, V), start distribution (V,)) of the synthetic language."""
+    g = torch.Generator().manual_seed(seed + 1000)
+    V = cfg.vocab
+    probs = torch.zeros(cfg.topics, V, V)
+    for t in range(cfg.topics):
+        succ = torch.stack([torch.randperm(V, generator=g)[: cfg.successors] for _ in range(V)])  # (V, S)
+        weights = torch.distributions.Dirichlet(torch.full((cfg.successors,), 1.0)).sample((V,))
+        probs[t].scatter_(1, succ, weights)
+    return probs.cumsum(-1), torch.full((V,), 1.0 / V)
+
+
+def make_batches(cfg: Config, steps: int, seed: int) -> torch.Tensor:
+    """(steps, batch, seq_len + 1) int64 token ids, generated on the CPU from ``seed`` (identical for both runs)."""
+    cdf, start = make_language(cfg, seed)
+    g = torch.Generator().manual_seed(seed + 2000)
+    n = steps * cfg.batch
+    topic = torch.randint(0, cfg.topics, (n,), generator=g)
+    seq = torch.empty(n, cfg.seq_len + 1, dtype=torch.int64)
+    seq[:, 0] = torch.multinomial(start, n, replacement=True, generator=g)
+    for i in range(1, cfg.seq_len + 1):
+        rows = cdf[topic, seq[:, i - 1]]  # (n, V)
+        u = torch.rand(n, 1, generator=g)
+        seq[:, i] = torch.searchsorted(rows, u).squeeze(1).clamp_(max=cfg.vocab - 1)
+    return seq.view(steps, cfg.batch, cfg.seq_len + 1)
+
+
+def language_entropy(cfg: Config, seed: int) -> float:
+    """Mean per-token entropy (nats) of the chain's transitions given the topic: a floor for the loss."""
+    cdf, _ = make_language(cfg, seed)
+    p = torch.diff(cdf, dim=-1, prepend=torch.zeros_like(cdf[..., :1])).clamp_min(0)
+    h = -(p * torch.log(p.clamp_min(1e-30))).sum(-1)
+    return float(h.mean())
+
+
+# ---- the model ----
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.heads = cfg.heads
+        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim, bias=False)
+        self.proj = nn.Linear(cfg.dim, cfg.dim, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, D = x.shape
+        q, k, v = self.qkv(x).view(B, T, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, D))
+
+
+class DenseFFN(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.up = nn.Linear(cfg.dim, cfg.dense_hidden)
+        self.down = nn.Linear(cfg.dense_hidden, cfg.dim)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.down(F.gelu(self.up(x))), x.new_zeros((), dtype=torch.float32)
+
+
+def round_up(v, m: int):
+    return (v + m - 1) // m * m
+
+
+class MoEFFN(nn.Module):
+    """Top-k router + the dispatcher (sort by expert, pad each group to 32 rows) + grouped experts."""
+
+    ALIGN = 32  # what MXFP8 grouped GEMMs need (docs/numerics.md §6)
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.num_experts, self.top_k = cfg.experts, cfg.top_k
+        self.router = nn.Linear(cfg.dim, cfg.experts, bias=False)
+        self.experts = mxq.GroupedExperts(cfg.experts, cfg.dim, cfg.expert_hidden, kind="swiglu")
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        T, E, k = x.shape[0], self.num_experts, self.top_k
+        probs = self.router(x).float().softmax(-1)  # (T, E)
+        gate, choice = probs.topk(k, dim=-1)  # (T, k)
+        gate = gate / gate.sum(-1, keepdim=True)
+
+        # Dispatch: sort the T·k (token, choice) pairs by expert, then give each expert's run of rows a
+        # 32-aligned start. The buffer holds the worst case (every group padded by 31 rows), so its size is known
+        # without reading the counts on the host; rows past the last group end are the uncovered tail.
+        flat = choice.reshape(-1)  # (T·k,)
+        order = torch.argsort(flat, stable=True)
+        counts = torch.bincount(flat, minlength=E)  # (E,)
+        padded = round_up(counts, self.ALIGN)
+        ends = padded.cumsum(0)
+        starts = ends - padded
+        first = counts.cumsum(0) - counts  # where each expert's run starts in the sorted order
+        sorted_expert = flat[order]
+        dest = starts[sorted_expert] + torch.arange(T * k, device=x.device) - first[sorted_expert]
+        token = order // k
+        rows = round_up(T * k + (self.ALIGN - 1) * E, self.ALIGN)
+        buf = x.new_zeros(rows, x.shape[1]).index_copy(0, dest, x[token])
+        out = self.experts(buf, ends.to(torch.int32))  # (rows, dim); padding rows and the tail give 0
+
+        # Combine: each token's k expert outputs, weighted by its gates.
+        weight = gate.reshape(-1)[order].unsqueeze(1)
+        y = torch.zeros_like(x, dtype=torch.float32).index_add(0, token, out[dest].float() * weight)
+
+        # Switch-style load balancing: E · Σ_e (fraction of pairs routed to e) · (mean router prob of e).
+        aux = E * (counts.float() / (T * k) * probs.mean(0)).sum()
+        return y.to(x.dtype).view(shape), aux
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: Config, moe: bool):
+        super().__init__()
+        self.norm1 = nn.RMSNorm(cfg.dim)
+        self.attn = Attention(cfg)
+        self.norm2 = nn.RMSNorm(cfg.dim)
+        self.ffn = MoEFFN(cfg) if moe else DenseFFN(cfg)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        h, aux = self.ffn(self.norm2(x))
+        return x + h, aux
+
+
+class TinyMoETransformer(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.tok = nn.Embedding(cfg.vocab, cfg.dim)
+        self.pos = nn.Embedding(cfg.seq_len, cfg.dim)
+        self.blocks = nn.ModuleList(Block(cfg, moe=i % 2 == 1) for i in range(cfg.layers))
+        self.norm = nn.RMSNorm(cfg.dim)
+        self.head = nn.Linear(cfg.dim, cfg.vocab, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        aux = x.new_zeros((), dtype=torch.float32)
+        for block in self.blocks:
+            x, a = block(x)
+            aux = aux + a
+        return self.head(self.norm(x)), aux
+
+
+# ---- training ----
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train(name: str, model: nn.Module, data: torch.Tensor, cfg: Config, args, device: torch.device) -> dict:
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    steps = data.shape[0]
+
+    def lr_at(step: int) -> float:  # linear warm-up, then cosine to 10%
+        if step < cfg.warmup:
+            return (step + 1) / cfg.warmup
+        t = (step - cfg.warmup) / max(steps - cfg.warmup, 1)
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * t))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
+    tokens_per_step = cfg.batch * cfg.seq_len
+    losses, rates = [], []
+    sync(device)
+    t0, last_step = time.perf_counter(), 0
+    for step in range(steps):
+        batch = data[step].to(device, non_blocking=True)
+        inp, tgt = batch[:, :-1], batch[:, 1:]
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            logits, aux = model(inp)
+        loss = F.cross_entropy(logits.float().reshape(-1, cfg.vocab), tgt.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        (loss + cfg.aux_loss * aux).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.detach())
+        if (step + 1) % args.log_every == 0 or step + 1 == steps:
+            sync(device)
+            now = time.perf_counter()
+            rate = tokens_per_step * (step + 1 - last_step) / (now - t0)
+            rates.append(rate)
+            print(f"[{name}] step {step + 1:5d}/{steps}  loss {loss.item():.4f}  {rate:,.0f} tokens/s", flush=True)
+            t0, last_step = now, step + 1
+    losses = [float(v) for v in torch.stack(losses).cpu()]
+    window = losses[-WINDOW:]
+    # The first interval includes warm-up (allocator, lazy init): report the steady rate when there is one.
+    steady = rates[1:] or rates
+    return {
+        "losses": losses,
+        "tokens_per_s": sum(steady) / len(steady),
+        "final_mean_loss": sum(window) / len(window),
+    }
+
+
+def write_plot(path: str, runs: dict, chance: float, floor: float) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: skipping the loss plot (results.json has the curves)")
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, r in runs.items():
+        ax.plot(
+            range(1, len(r["losses"]) + 1), r["losses"], label=f"{name} (last-{WINDOW} mean {r['final_mean_loss']:.4f})"
+        )
+    ax.axhline(chance, color="grey", ls=":", label=f"chance ln(V) = {chance:.2f}")
+    ax.axhline(floor, color="black", ls="--", lw=0.8, label=f"chain entropy = {floor:.2f}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_title("Tiny MoE transformer: bf16 vs MXFP8 (mxq)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=300, help="training steps per run (default 300)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda or cpu")
+    p.add_argument("--out-dir", default="train_moe_out", help="where losses.png and results.json go")
+    p.add_argument("--seed", type=int, default=0, help="model init and data seed, the same for both runs")
+    p.add_argument("--log-every", type=int, default=25, help="print a progress line every N steps")
+    p.add_argument("--tolerance", type=float, default=0.01, help="allowed relative gap of the final mean losses")
+    p.add_argument("--tiny", action="store_true", help="a tiny config (the CPU smoke test)")
+    args = p.parse_args(argv)
+    if args.steps < 1:
+        p.error("--steps must be at least 1")
+
+    device = torch.device(args.device)
+    cfg = TINY if args.tiny else Config()
+    os.makedirs(args.out_dir, exist_ok=True)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+    print(f"mxq {mxq.__version__}, torch {torch.__version__}, device {device}", end="")
+    if device.type == "cuda":
+        print(
+            f" ({torch.cuda.get_device_name(device)}, SM {'.'.join(map(str, torch.cuda.get_device_capability(device)))})"
+        )
+    else:
+        print()
+    print(f"config: {dataclasses.asdict(cfg)}")
+    print(
+        f"MXFP8 GEMMs on this device: linear {'native' if mxq.linear.native_mx_gemm(device) else 'emulated'}, "
+        f"grouped {mxq.moe.grouped_gemm_path(device)}"
+    )
+    data = make_batches(cfg, args.steps, args.seed)
+    chance, floor = math.log(cfg.vocab), language_entropy(cfg, args.seed)
+    print(f"data: {args.steps} batches of {cfg.batch}x{cfg.seq_len} tokens; chance {chance:.3f}, entropy {floor:.3f}")
+
+    runs, summary = {}, None
+    for name in ("bf16", "mxfp8"):
+        torch.manual_seed(args.seed)
+        model = TinyMoETransformer(cfg).to(device)
+        if name == "mxfp8":
+            summary = mxq.nn.convert(model)  # weight_scaling="32x32", backend="fused", scaling_mode="rceil"
+            print(summary)
+        runs[name] = train(name, model, data, cfg, args, device)
+        del model
+
+    bf, mx = runs["bf16"]["final_mean_loss"], runs["mxfp8"]["final_mean_loss"]
+    ratio = mx / bf
+    ok = abs(ratio - 1) <= args.tolerance
+    window = min(WINDOW, args.steps)
+    result = {
+        "config": dataclasses.asdict(cfg),
+        "args": vars(args),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "chance_loss": chance,
+        "entropy_floor": floor,
+        "window": window,
+        "conversion": {
+            "converted": [c._asdict() for c in summary.converted],
+            "skipped": [s._asdict() for s in summary.skipped],
+        },
+        "bf16": runs["bf16"],
+        "mxfp8": runs["mxfp8"],
+        "final_mean_loss_bf16": bf,
+        "final_mean_loss_mxfp8": mx,
+        "ratio_mxfp8_over_bf16": ratio,
+        "tolerance": args.tolerance,
+        "within_tolerance": ok,
+    }
+    json_path = os.path.join(args.out_dir, "results.json")
+    with open(json_path, "w") as f:
+        json.dump(result, f, indent=1)
+    png_path = os.path.join(args.out_dir, "losses.png")
+    plotted = write_plot(png_path, runs, chance, floor)
+    print(
+        f"final mean loss over the last {window} steps: bf16 {bf:.4f}, mxfp8 {mx:.4f}, ratio {ratio:.4f} "
+        f"({'within' if ok else 'NOT within'} {args.tolerance:.0%}); "
+        f"tokens/s bf16 {runs['bf16']['tokens_per_s']:,.0f}, mxfp8 {runs['mxfp8']['tokens_per_s']:,.0f}"
+    )
+    print(f"wrote {json_path}" + (f" and {png_path}" if plotted else ""))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
