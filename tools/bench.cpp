@@ -1003,7 +1003,7 @@ void print_summary(const std::vector<BenchRow>& rows, int64_t l2_bytes) {
            fixed(f.pct_roof(), 1), s.composed ? fixed(s.composed->effective_tbps(), 3) : "-"});
   }
   std::cout << "\nFused vs composed, main set (effective TB/s = fused bytes / time, ~4.06 B/elem "
-               "for bf16, comparable with the peers in shared/anchors):\n"
+               "for bf16, comparable with the peers in benchmarks/README.md):\n"
             << t.str();
   if (!pct.empty()) {
     std::sort(pct.begin(), pct.end());

@@ -19,7 +19,7 @@
 //   weight      W (G, N, K) (xb)           q_row + q_col (1 + 1), both per-expert blocked scale
 //               tensors (weight_s_row_shape + weight_s_col_shape), either scaling ~4.06
 // "Effective" bytes of a two-axis op are the fused count: the useful work, whatever path does it.
-// Peers in shared/anchors are quoted that way, so fused and composed compare on effective TB/s.
+// Peers in benchmarks/README.md are quoted that way, so fused and composed compare on effective TB/s.
 #pragma once
 
 #include <cstdint>

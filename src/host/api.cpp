@@ -68,9 +68,9 @@ void quantize(const QuantizeParams& p) {
 void quantize_composed(const QuantizeParams& p, void* workspace) {
   detail::with_op("mxq::quantize_composed", [&] {
     detail::validate(p);
+    if (detail::nothing_to_write(p)) return;
     MXQ_CHECK(p.rowwise() && p.colwise(),
               "the composed path quantizes both axes: set q_row, s_row, q_col and s_col");
-    if (detail::nothing_to_write(p)) return;
     MXQ_CHECK(workspace != nullptr || composed_workspace_bytes(p.M, p.K) == 0,
               "workspace is null (it needs composed_workspace_bytes(M, K) = ",
               composed_workspace_bytes(p.M, p.K), " bytes)");

@@ -33,7 +33,9 @@ struct Widen;
 template <>
 struct Widen<DType::kBFloat16> {
   static __device__ __forceinline__ float lo(uint32_t w) { return __uint_as_float(w << 16); }
-  static __device__ __forceinline__ float hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+  static __device__ __forceinline__ float hi(uint32_t w) {
+    return __uint_as_float(w & 0xFFFF0000u);
+  }
 };
 template <>
 struct Widen<DType::kFloat16> {
@@ -219,8 +221,8 @@ __device__ __forceinline__ GroupTable build_group_table(const int32_t* offs, int
     e[i] = run;
   }
   int32_t unused;
-  const int32_t before =
-      block_exclusive_scan(run, [](int32_t a, int32_t b) { return max(a, b); }, 0, scratch, &unused);
+  const int32_t before = block_exclusive_scan(
+      run, [](int32_t a, int32_t b) { return max(a, b); }, 0, scratch, &unused);
   int32_t rows = 0, cols = 0, prev = before;
   int32_t my_rows[kPer], my_cols[kPer];
 #pragma unroll

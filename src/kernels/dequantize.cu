@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
   __shared__ ChunkPlace chunk_place[kAtomCols];
   if constexpr (kGrouped) {
     constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
-    const GroupTable t = build_group_table(p.offs, p.num_groups, kRowsAreTokens ? p.rows : p.cols,
-                                           table_storage);
+    const GroupTable t =
+        build_group_table(p.offs, p.num_groups, kRowsAreTokens ? p.rows : p.cols, table_storage);
     if (threadIdx.x < kAtomCols) {
       chunk_place[threadIdx.x] = kRowsAreTokens
                                      ? m_groups_place(t, r0, threadIdx.x, c0, p.cols / kBlock)
@@ -116,10 +116,12 @@ void launch_dequantize(const DequantizeParams& p) {
       dequantize_kernel<ScaleLayout::kBlocked><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
       break;
     case ScaleLayout::kMGroups:
-      dequantize_kernel<ScaleLayout::kMGroups><<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
+      dequantize_kernel<ScaleLayout::kMGroups>
+          <<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
       break;
     case ScaleLayout::kKGroups:
-      dequantize_kernel<ScaleLayout::kKGroups><<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
+      dequantize_kernel<ScaleLayout::kKGroups>
+          <<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
       break;
   }
   MXQ_CHECK_CUDA(cudaGetLastError());

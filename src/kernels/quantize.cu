@@ -193,8 +193,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
 
   if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
     const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
-                    p.K, blockIdx.x - p.tiles, p.offs, p.status);
+    zero_fill_slack(t, kRowwise ? p.s_row : nullptr,
+                    kCol == ColScales::kKGroups ? p.s_col : nullptr, p.K, blockIdx.x - p.tiles,
+                    p.offs, p.status);
     return;
   }
   const int warp = threadIdx.x / 32;
@@ -341,8 +342,9 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
 
   if (kGrouped && blockIdx.x >= p.tiles) {
     const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
-                    p.K, blockIdx.x - p.tiles, p.offs, p.status);
+    zero_fill_slack(t, kRowwise ? p.s_row : nullptr,
+                    kCol == ColScales::kKGroups ? p.s_col : nullptr, p.K, blockIdx.x - p.tiles,
+                    p.offs, p.status);
     return;
   }
   const int warp = threadIdx.x / 32;
@@ -361,8 +363,9 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
 #pragma unroll
   for (int i = 0; i < C::kLoads; ++i) {
     const int row = warp * C::kLoads + i;
-    v[i] = chunk_in && row < rows ? ptx::ld_global_nc_v4(x + (m0 + row) * p.K + k0 + lane * C::kChunk)
-                                  : make_uint4(0, 0, 0, 0);
+    v[i] = chunk_in && row < rows
+               ? ptx::ld_global_nc_v4(x + (m0 + row) * p.K + k0 + lane * C::kChunk)
+               : make_uint4(0, 0, 0, 0);
   }
   GroupTable t{};
   if constexpr (kGrouped) t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
@@ -402,7 +405,8 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
 #pragma unroll
     for (int j = 0; j < kBlock; ++j) {
       const int row = kBlock * half + j;
-      b[j] = reinterpret_cast<const uint32_t*>(&tile[row][f32_chunk(row, k / C::kChunk)])[k % C::kChunk];
+      b[j] = reinterpret_cast<const uint32_t*>(
+          &tile[row][f32_chunk(row, k / C::kChunk)])[k % C::kChunk];
     }
     uint4 q[2];
     const uint8_t s = quantize_block_f32<kRule>(b, q);
@@ -461,14 +465,20 @@ void launch_tile_kernel(const TileParams& params, DType in, ScaleRounding rule,
   constexpr ScaleRounding kRceil = ScaleRounding::kRceil, kFloor = ScaleRounding::kFloor;
   switch (in) {
     case DType::kBFloat16:
-      return rceil ? launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kRceil>(params, stream)
-                   : launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kFloor>(params, stream);
+      return rceil ? launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kRceil>(params,
+                                                                                        stream)
+                   : launch_variant<DType::kBFloat16, kRowwise, kCol, kGrouped, kFloor>(params,
+                                                                                        stream);
     case DType::kFloat16:
-      return rceil ? launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kRceil>(params, stream)
-                   : launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kFloor>(params, stream);
+      return rceil
+                 ? launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                 : launch_variant<DType::kFloat16, kRowwise, kCol, kGrouped, kFloor>(params,
+                                                                                     stream);
     case DType::kFloat32:
-      return rceil ? launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kRceil>(params, stream)
-                   : launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kFloor>(params, stream);
+      return rceil
+                 ? launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kRceil>(params, stream)
+                 : launch_variant<DType::kFloat32, kRowwise, kCol, kGrouped, kFloor>(params,
+                                                                                     stream);
   }
 }
 

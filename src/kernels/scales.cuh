@@ -47,8 +47,7 @@ __device__ __forceinline__ ChunkPlace m_groups_place(const GroupTable& t, int64_
   if (m >= t.M) return place;
   const int h = t.segment_of(m);
   const int64_t row = int64_t(t.row_atom[h]) * kAtomRows + (m - t.begin(h));  // blocked row
-  place.atom = (row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) +
-                k0 / kAtomRows) *
+  place.atom = (row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) + k0 / kAtomRows) *
                kAtomBytes;
   place.slot = static_cast<int>(row % kAtomRows / kBlock);
   place.pads = m + kBlock == t.finish(h);
@@ -87,8 +86,7 @@ __device__ __forceinline__ ChunkPlace blocked_col_place(int64_t m0, int c, int64
                                                         bool last) {
   const int64_t col = m0 / kBlock + c;
   const int64_t cols = M / kBlock;
-  return {(k0 / kAtomRows * (round_up(cols, kAtomCols) / kAtomCols) + col / kAtomCols) *
-              kAtomBytes,
+  return {(k0 / kAtomRows * (round_up(cols, kAtomCols) / kAtomCols) + col / kAtomCols) * kAtomBytes,
           static_cast<int>(col % kAtomCols), last};
 }
 

@@ -34,8 +34,7 @@ struct SwizzleKernelParams {
 };
 
 // S_col[k, c] of the plain matrix, 0 past its edge.
-__device__ __forceinline__ uint8_t plain_scale(const SwizzleKernelParams& p, int64_t k,
-                                               int64_t c) {
+__device__ __forceinline__ uint8_t plain_scale(const SwizzleKernelParams& p, int64_t k, int64_t c) {
   const int64_t cols = p.M / kBlock;
   return k < p.K && c < cols ? p.s_plain[k * cols + c] : 0;
 }
@@ -47,8 +46,8 @@ __device__ __forceinline__ void atom_corner(const SwizzleKernelParams& p, int64_
   *m0 = a % p.m_atoms * (kAtomCols * kBlock);
 }
 
-__global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_dense_kernel(
-    const SwizzleKernelParams p) {
+__global__ void __launch_bounds__(SwizzleConfig::kThreads)
+    swizzle_dense_kernel(const SwizzleKernelParams p) {
   const int lane = threadIdx.x % 32;
   const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + threadIdx.x / 32;
   if (a >= p.atoms) return;
@@ -59,13 +58,14 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_dense_kernel(
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
 #pragma unroll
-    for (int c = 0; c < 4; ++c) bytes[4 * i + c] = plain_scale(p, k0 + lane + 32 * i, m0 / kBlock + c);
+    for (int c = 0; c < 4; ++c)
+      bytes[4 * i + c] = plain_scale(p, k0 + lane + 32 * i, m0 / kBlock + c);
   }
   ptx::st_global_v4(p.s_col + blocked_offset(k0, m0 / kBlock, p.M / kBlock) + lane * 16, out);
 }
 
-__global__ void __launch_bounds__(SwizzleConfig::kThreads) swizzle_kgroups_kernel(
-    const SwizzleKernelParams p) {
+__global__ void __launch_bounds__(SwizzleConfig::kThreads)
+    swizzle_kgroups_kernel(const SwizzleKernelParams p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* atom_staging = smem_raw;  // one 512-byte atom
   const GroupTable t = build_group_table(p.offs, p.num_groups, p.M,
@@ -98,8 +98,8 @@ namespace mxq::detail {
 
 void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p) {
   using namespace kernels;
-  SwizzleKernelParams k{s_col_plain, p.M, p.K, p.offs, static_cast<int>(p.num_groups), p.s_col,
-                        p.status};
+  SwizzleKernelParams k{s_col_plain, p.M,     p.K, p.offs, static_cast<int>(p.num_groups),
+                        p.s_col,     p.status};
   k.m_atoms = ceil_div(p.M / kBlock, kAtomCols);
   k.atoms = k.m_atoms * ceil_div(p.K, kAtomRows);
   k.atom_ctas = ceil_div(k.atoms, SwizzleConfig::kAtomsPerCta);
@@ -109,7 +109,8 @@ void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams&
     swizzle_dense_kernel<<<static_cast<unsigned>(k.atom_ctas), SwizzleConfig::kThreads, 0,
                            p.stream>>>(k);
   } else {
-    const int64_t grid = k.atom_ctas + std::max<int64_t>(1, zero_fill_col_ctas(p.M, p.K, p.num_groups));
+    const int64_t grid =
+        k.atom_ctas + std::max<int64_t>(1, zero_fill_col_ctas(p.M, p.K, p.num_groups));
     MXQ_CHECK(grid <= 0x7FFFFFFF, "too many scale atoms for one launch: ", grid);
     const int smem = kAtomBytes + group_table_bytes(k.num_groups);
     swizzle_kgroups_kernel<<<static_cast<unsigned>(grid), SwizzleConfig::kThreads, smem,

@@ -696,7 +696,7 @@ TEST(GpuValidationBasics, EmptyShapesLaunchNothing) {
 // fused path's, and the workspace (0 bytes) too. DISABLED: quantize_composed checks
 // "p.rowwise() && p.colwise()" (pointers non-null) before the empty-input exit, so a torch caller
 // with zero-size (null) outputs is refused (src/host/api.cpp, quantize_composed).
-TEST(GpuValidationBasics, DISABLED_ComposedEmptyShapesNeedNoBuffers) {
+TEST(GpuValidationBasics, ComposedEmptyShapesNeedNoBuffers) {
   QuantizeParams p;
   p.M = 0;
   p.K = 256;
