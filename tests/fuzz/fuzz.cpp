@@ -346,6 +346,7 @@ bool run_case(const Case& c, Arena& arena, bool verbose) {
         upload(arena, rowwise ? s_row.data() : s_col.data(), rowwise ? s_row.size() : s_col.size());
     d.rows = rowwise ? c.M : c.K;
     d.cols = rowwise ? c.K : c.M;
+    d.layout = rowwise || !grouped ? mxq::ScaleLayout::kBlocked : mxq::ScaleLayout::kKGroups;
     d.offs = rowwise ? nullptr : offs_dev;
     d.num_groups = rowwise ? 0 : G;
     std::vector<uint8_t> want(size_t(d.rows * d.cols * 2));
