@@ -181,6 +181,15 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
   }
 }
 
+// A CTA appended to a grouped launch (past p.tiles): zero fill of the grouped scales' slack, and the
+// status word (zero-fill CTA 0). Shared by the 16-bit and the fp32 tile kernels.
+template <bool kRowwise, ColScales kCol>
+__device__ __forceinline__ void appended_cta(const TileParams& p, int32_t* table_storage) {
+  const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+  zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
+                  p.K, blockIdx.x - p.tiles, p.offs, p.status);
+}
+
 // kGrouped: offs given (s_row in the M-groups layout, s_col in the K-groups layout when kCol says
 // so; the CTAs past p.tiles zero the slack and write the status word).
 template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
@@ -192,10 +201,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + sizeof(SharedStorage));
 
   if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
-    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    zero_fill_slack(t, kRowwise ? p.s_row : nullptr,
-                    kCol == ColScales::kKGroups ? p.s_col : nullptr, p.K, blockIdx.x - p.tiles,
-                    p.offs, p.status);
+    appended_cta<kRowwise, kCol>(p, table_storage);
     return;
   }
   const int warp = threadIdx.x / 32;
@@ -340,11 +346,8 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
   auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
   auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + sizeof(SharedStorage));
 
-  if (kGrouped && blockIdx.x >= p.tiles) {
-    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    zero_fill_slack(t, kRowwise ? p.s_row : nullptr,
-                    kCol == ColScales::kKGroups ? p.s_col : nullptr, p.K, blockIdx.x - p.tiles,
-                    p.offs, p.status);
+  if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
+    appended_cta<kRowwise, kCol>(p, table_storage);
     return;
   }
   const int warp = threadIdx.x / 32;
