@@ -314,7 +314,7 @@ struct RaggedPair {
 };
 const RaggedPair kRaggedPairs[] = {{{8160, 2880}, {8192, 3072}}, {{32736, 5120}, {32768, 5120}}};
 const MatrixShape kGroupedShape{32768, 7168};
-constexpr int kGroupedRandom[] = {8, 64};
+constexpr int kGroupedRandom[] = {8, 64, 256};
 constexpr int kGroupedSplit = 8;  // G of the even and skewed splits
 const MatrixShape kDtypeShape{32768, 7168};
 constexpr Op kDtypeOps[] = {Op::kFused, Op::kRowwise, Op::kColwise};

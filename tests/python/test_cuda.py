@@ -289,6 +289,7 @@ def test_device_guard_on_a_second_device():
 def test_quantize_wrapper_backends():
     x = random_bf16(1024, 512, seed=8, specials=True).cuda()
     offs = make_offs(1024, 4, seed=8).cuda()
-    a = mxq.quantize(x, offs=offs, backend="cuda")
+    a = mxq.quantize(x, offs=offs, backend="composed")
     b = mxq.quantize(x, offs=offs, backend="fused")
     assert_outputs_equal(tuple(a), tuple(b), DUAL, "wrapper/")
+    assert_outputs_equal(tuple(b), tuple(mxq.quantize(x.cpu(), offs=offs.cpu())), DUAL, "wrapper vs reference/")
