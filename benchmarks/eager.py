@@ -7,7 +7,8 @@
 For each shape, on one bf16 tensor x, each row is timed two ways in the same run:
 
 - eager: `calls` back-to-back calls from Python, torch.cuda.synchronize() before and after the timed loop, wall
-  time / calls; after a warm-up, median of `repeats` loops. This is what a training step without CUDA graphs
+  time / calls; after a warm-up, median of `repeats` rounds, each round timing every row once in turn (a drift
+  of the host's speed reaches all rows alike). This is what a training step without CUDA graphs
   pays per call: Python, the dispatcher, the op's checks and allocations, the launch, and the GPU time where
   the GPU is the slower side.
 - graph: the same call captured `graph_calls` times into one CUDA graph; replay time between CUDA events /
@@ -83,20 +84,22 @@ def default_json_path(gpu_name: str) -> Path:
     return path
 
 
-def time_eager(torch, fn, calls: int, warmup: int, repeats: int) -> float:
-    """Median over `repeats` loops of wall time / calls, in microseconds, synchronized around each loop."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
+def time_eager(torch, rows: dict, calls: int, warmup: int, repeats: int) -> dict:
+    """Per row, the median over `repeats` rounds of wall time / calls, in microseconds, synchronized around each
+    loop. Each round times every row once, in turn, so that a drift of the host's speed reaches all rows alike."""
+    for fn in rows.values():
+        for _ in range(warmup):
             fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - t0) / calls * 1e6)
-    return statistics.median(samples)
+    samples = {name: [] for name in rows}
+    for _ in range(repeats):
+        for name, fn in rows.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
+    return {name: statistics.median(v) for name, v in samples.items()}
 
 
 def time_graph(torch, fn, graph_calls: int, repeats: int) -> float:
@@ -147,7 +150,7 @@ def main() -> int:
     ap.add_argument("--shapes", type=parse_shapes, default=parse_shapes(DEFAULT_SHAPES), help="MxK,MxK,...")
     ap.add_argument("--calls", type=int, default=200, help="calls per timed eager loop (default 200)")
     ap.add_argument("--warmup", type=int, default=20, help="untimed calls before the eager loops (default 20)")
-    ap.add_argument("--repeats", type=int, default=9, help="timed loops / graph replays, median (default 9)")
+    ap.add_argument("--repeats", type=int, default=15, help="timed rounds / graph replays, median (default 15)")
     ap.add_argument("--graph-calls", type=int, default=20, help="calls captured per CUDA graph (default 20)")
     ap.add_argument("--json", default=None, help="output path; `-` writes none")
     ap.add_argument("--no-verify", action="store_true", help="skip the fused == composed byte check")
@@ -171,7 +174,7 @@ def main() -> int:
     gpu = torch.cuda.get_device_name(dev)
     print(f"eager.py: {gpu}, torch {torch.__version__} (CUDA {torch.version.cuda}), mxq {mxq_commit()}")
     print(
-        f"eager: {args.calls} back-to-back calls / loop, median of {args.repeats} loops after {args.warmup} warm-up"
+        f"eager: {args.calls} back-to-back calls / loop, median of {args.repeats} rounds (rows in turn) after {args.warmup} warm-up"
         f" calls; graph: {args.graph_calls} calls / CUDA graph, median of {args.repeats} replays"
     )
 
@@ -187,11 +190,11 @@ def main() -> int:
             if not verified:
                 print(f"eager.py: {M}x{K}: fused and composed outputs differ", file=sys.stderr)
                 failed = True
+        eager = time_eager(torch, rows, args.calls, args.warmup, args.repeats)
         timed = {}
         for name, fn in rows.items():
-            eager = time_eager(torch, fn, args.calls, args.warmup, args.repeats)
             graph = time_graph(torch, fn, args.graph_calls, args.repeats)
-            timed[name] = [round(eager, 3), round(graph, 3)]
+            timed[name] = [round(eager[name], 3), round(graph, 3)]
         ratio = timed[FUSED][0] / timed[ADD][0]
         results.append(
             {
@@ -236,7 +239,7 @@ def main() -> int:
             "python": sys.version.split()[0],
             "method": {
                 "eager": "wall time of `calls` back-to-back calls between torch.cuda.synchronize(), / calls; "
-                "median over `repeats` loops after `warmup` calls",
+                "median over `repeats` rounds (each round times every row once, in turn) after `warmup` calls",
                 "graph": "CUDA-graph replay of `graph_calls` captured calls between CUDA events, / graph_calls; "
                 "median over `repeats` replays",
                 "calls": args.calls,

@@ -22,7 +22,7 @@
 //   s_col  float8_e8m0fnu  s_col_shape(M, K, G): blocked, or the K-groups layout with offs
 //
 // Dispatch: one impl per op (a Meta instance of it makes no core call). It checks what only the torch layer can see
-// (dtype, rank, contiguity, devices), allocates with at::empty (CUDA-graph capturable) from the
+// (dtype, rank, contiguity, devices), allocates (empty_output: CUDA-graph capturable) from the
 // layout.h formulas — with SymInts, so the Meta impl works under torch.compile with dynamic shapes —
 // and makes one core call: the bit-exact reference mxq::ref::* for CPU
 // tensors (so op(x.cpu()) is the oracle for op(x.cuda())), the GPU entry point on the current
@@ -44,6 +44,7 @@
 
 #ifdef MXQ_TORCH_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -55,6 +56,25 @@ using c10::SymInt;
 using OptTensor = std::optional<Tensor>;
 using Quant2 = std::tuple<Tensor, Tensor>;
 using Quant4 = std::tuple<Tensor, Tensor, Tensor, Tensor>;
+
+// An output on `like`'s device. The shapes are SymInts for the Meta instance (torch.compile traces
+// with symbolic sizes). A CUDA output comes straight from the caching allocator (graph-capturable,
+// as at::empty), without a dispatcher round trip per output: that round trip is part of the eager
+// per-call cost (docs/performance.md, "Eager cost").
+Tensor empty_output(const Tensor& like, c10::SymIntArrayRef sizes, at::ScalarType dtype,
+                    c10::SymIntArrayRef strides = {}) {  // strides: none for contiguous
+#ifdef MXQ_TORCH_WITH_CUDA
+  if (like.is_cuda()) {
+    const c10::IntArrayRef n = C10_AS_INTARRAYREF_SLOW(sizes);
+    return strides.empty() ? Tensor(at::detail::empty_cuda(n, dtype, like.device(), std::nullopt))
+                           : Tensor(at::detail::empty_strided_cuda(
+                                 n, C10_AS_INTARRAYREF_SLOW(strides), dtype, like.device()));
+  }
+#endif
+  const auto options = like.options().dtype(dtype);
+  return strides.empty() ? at::empty_symint(sizes, options)
+                         : at::empty_strided_symint(sizes, strides, options);
+}
 
 // Runs a core call; its mxq::Error becomes the torch error of its kind, named after the op.
 template <typename F>
@@ -149,21 +169,19 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
   const SymInt M = x.sym_size(0), K = x.sym_size(1);
   const bool grouped = offs.has_value();
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
-  const auto fp8 = [&](at::ScalarType t) { return x.options().dtype(t); };
   Outputs o;
   if (row) {
     const auto q = q_row_shape(M, K);
     const auto s = s_row_shape(M, K, G, grouped);
-    o.q_row = at::empty_symint({q.rows, q.cols}, fp8(at::kFloat8_e4m3fn));
-    o.s_row = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+    o.q_row = empty_output(x, {q.rows, q.cols}, at::kFloat8_e4m3fn);
+    o.s_row = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
   }
   if (col) {
     // Logical (M, K) over the physical row-major (K, M) array: strides (1, M), M = 0 included.
     const auto q = q_col_shape(M, K);
     const auto s = s_col_shape(M, K, G, grouped);
-    o.q_col =
-        at::empty_strided_symint({q.cols, q.rows}, {SymInt(1), q.cols}, fp8(at::kFloat8_e4m3fn));
-    o.s_col = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+    o.q_col = empty_output(x, {q.cols, q.rows}, at::kFloat8_e4m3fn, {SymInt(1), q.cols});
+    o.s_col = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
   }
   if (meta) return o;
 
@@ -194,8 +212,7 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
       // Stream-ordered workspace from the caching allocator (graph-capturable); freed after
       // enqueueing, which is safe because every later use of the block is ordered after this
       // stream's work.
-      const Tensor ws =
-          at::empty({composed_workspace_bytes(p.M, p.K)}, x.options().dtype(at::kByte));
+      const Tensor ws = empty_output(x, {SymInt(composed_workspace_bytes(p.M, p.K))}, at::kByte);
       mxq::quantize_composed(p, ws.data_ptr());
     }
   });
@@ -279,7 +296,7 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
   TORCH_CHECK_VALUE(shape_ok.expect_true(__FILE__, __LINE__), op, ": scales must have shape [",
                     want.rows, ", ", want.cols, "] for q of shape ", q.sym_sizes(), " (",
                     layout_name, " layout), got ", scales.sym_sizes());
-  Tensor out = at::empty_symint({rows, cols}, q.options().dtype(at::kBFloat16));
+  Tensor out = empty_output(q, {rows, cols}, at::kBFloat16);
   if (kMeta) return out;
 
   DequantizeParams p;
@@ -339,34 +356,32 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
   const bool experts = w.dim() == 3;
   const SymInt G = experts ? w.sym_size(0) : SymInt(1);
   const SymInt N = w.sym_size(-2), K = w.sym_size(-1);
-  const auto fp8 = [&](at::ScalarType t) { return w.options().dtype(t); };
-  const auto skipped = [&](at::ScalarType t) { return at::empty({0}, fp8(t)); };
+  const auto skipped = [&](at::ScalarType t) { return empty_output(w, {SymInt(0)}, t); };
   Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(at::kFloat8_e8m0fnu);
   Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(at::kFloat8_e8m0fnu);
   if (rowwise) {
     if (experts) {
       const auto s = weight_s_row_shape(G, N, K);
-      q_row = at::empty_symint({G, N, K}, fp8(at::kFloat8_e4m3fn));
-      s_row = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+      q_row = empty_output(w, {G, N, K}, at::kFloat8_e4m3fn);
+      s_row = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
     } else {
       const auto q = q_row_shape(N, K);
       const auto s = s_row_shape(N, K);
-      q_row = at::empty_symint({q.rows, q.cols}, fp8(at::kFloat8_e4m3fn));
-      s_row = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+      q_row = empty_output(w, {q.rows, q.cols}, at::kFloat8_e4m3fn);
+      s_row = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
     }
   }
   if (colwise) {
     // Each expert's physical (K, N) array seen as its logical (N, K): strides (1, N).
     if (experts) {
       const auto s = weight_s_col_shape(G, N, K);
-      q_col = at::empty_strided_symint({G, N, K}, {N * K, SymInt(1), N}, fp8(at::kFloat8_e4m3fn));
-      s_col = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+      q_col = empty_output(w, {G, N, K}, at::kFloat8_e4m3fn, {N * K, SymInt(1), N});
+      s_col = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
     } else {
       const auto q = q_col_shape(N, K);
       const auto s = s_col_shape(N, K, SymInt(0), false);
-      q_col =
-          at::empty_strided_symint({q.cols, q.rows}, {SymInt(1), q.cols}, fp8(at::kFloat8_e4m3fn));
-      s_col = at::empty_symint({s.rows, s.cols}, fp8(at::kFloat8_e8m0fnu));
+      q_col = empty_output(w, {q.cols, q.rows}, at::kFloat8_e4m3fn, {SymInt(1), q.cols});
+      s_col = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
     }
   }
   if (kMeta) return {q_row, s_row, q_col, s_col};

@@ -211,6 +211,47 @@ MXQ_HD uint16_t dequantize_element(uint8_t q, uint8_t s) {
   return bf16_from_f32(mul_rn(e4m3_to_f32(q), e8m0_to_f32(s)));
 }
 
+// ---- dequantization of two elements at once: the GPU's fast path, same bytes ----
+// Every e4m3 value is zero or an fp16 normal (2^-9 .. 448), so the GPU converts code pairs to fp16
+// exactly (cvt.rn.f16x2.e4m3x2; f16_from_e4m3 is the host's twin). For a scale s in
+// [kDequantExactScaleMin, kDequantExactScaleMax], every nonzero product e4m3(q) * 2^(s-127) lies in
+// [2^-121, 1.75 * 2^127]: a bf16 normal of at most 4 significant bits, so dequantize_element rounds
+// nothing. Its bf16 bits are the fp16 bits with the exponent moved by s - 15 (fp16 bias 15 to
+// bf16 bias 127, plus s - 127) and the mantissa cut to its top 7 bits (the low 3 are zero).
+constexpr uint8_t kDequantExactScaleMin = 15;
+constexpr uint8_t kDequantExactScaleMax = 246;
+
+MXQ_HD bool dequantize_is_exact(uint8_t s) {
+  return s >= kDequantExactScaleMin && s <= kDequantExactScaleMax;
+}
+
+// Whether any byte of w is an e4m3 NaN code (0x7F, 0xFF): the low 7 bits plus 1 reach bit 7 only
+// from 0x7F, and no carry leaves a byte.
+MXQ_HD bool has_e4m3_nan(uint32_t w) {
+  return (((w & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u) != 0;
+}
+
+// fp16 bits of a non-NaN e4m3 code, exactly (cvt.rn.f16.e4m3 on the GPU).
+MXQ_HD uint16_t f16_from_e4m3(uint8_t q) {
+  const uint32_t b = f32_bits(e4m3_to_f32(q));
+  const uint32_t sign = (b >> 16) & 0x8000u;
+  if ((b & 0x7FFFFFFFu) == 0) return uint16_t(sign);
+  return uint16_t(sign | ((((b >> 23) & 0xFFu) - 112u) << 10) | ((b >> 13) & 0x3FFu));
+}
+
+// dequantize_element of the two fp16 values in f16x2 (low lane first) as bf16x2 bits, for
+// dequantize_is_exact(s) and no NaN code.
+MXQ_HD uint32_t dequantize_pair_exact(uint32_t f16x2, uint8_t s) {
+  const uint32_t sign = f16x2 & 0x80008000u;
+  const uint32_t mag = (f16x2 >> 3) & 0x0FFF0FFFu;  // per lane: fp16 exponent, top 7 mantissa bits
+  // 0xFFFF in each nonzero lane: mag + 0x7FFF reaches bit 15 exactly when mag > 0 (mag < 0x1000).
+  const uint32_t nonzero = (((mag + 0x7FFF7FFFu) & 0x80008000u) >> 15) * 0xFFFFu;
+  // Exponent + s - 15 in each lane: s >= 15 keeps the addend non-negative and every sum below
+  // 2^15, so no carry crosses lanes; zero lanes stay (signed) zero.
+  const uint32_t shift = (uint32_t(s) - 15u) * 0x00800080u;
+  return sign | ((mag + shift) & nonzero);
+}
+
 // One whole block: scale byte and 32 data bytes from 32 bf16 values at v[i * stride].
 MXQ_HD uint8_t quantize_block(const uint16_t* v, int64_t stride, ScaleRounding rule, uint8_t* q) {
   const uint8_t s = e8m0_from_amax_bf16(amax_bits_bf16(v, kBlock, stride), rule);

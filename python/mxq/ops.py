@@ -67,7 +67,7 @@ def quantize(
     """
     if backend == "fused":
         if rowwise and colwise:
-            return MXTensors(*_quantize(x, 32, scaling_mode, offs))
+            return MXTensors._make(_quantize(x, 32, scaling_mode, offs))
         if rowwise:
             q_row, s_row = _quantize_rowwise(x, 32, scaling_mode, offs)
             return MXTensors(q_row, s_row, None, None)

@@ -5,7 +5,9 @@
 // quantization hot path.
 //
 // One CTA per 128x128 tile (partial at the edges: rows and cols are multiples of 32): each thread
-// converts four 16-byte chunks (16 elements, half a block) into 32 bytes. K-groups tiles look up
+// loads four 16-byte chunks (16 elements, half a block) and their scales, then converts each into
+// 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
+// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's. K-groups tiles look up
 // each 32-token chunk's atom and slot once (scales.cuh k_groups_place).
 #include <cuda_runtime.h>
 
@@ -32,6 +34,28 @@ struct DequantKernelParams {
   uint16_t* out;
   int32_t* status;
 };
+
+// 16 codes sharing scale s -> 16 bf16 (numerics.h dequantize_element): two codes per step through
+// the exact fp16 route for the usual scales, element by element for NaN codes and extreme scales.
+__device__ __forceinline__ void dequantize_chunk(const uint4 q, const uint8_t s, uint4 (&out)[2]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+  uint32_t* words = reinterpret_cast<uint32_t*>(out);
+  const bool nan = has_e4m3_nan(q.x) || has_e4m3_nan(q.y) || has_e4m3_nan(q.z) || has_e4m3_nan(q.w);
+  if (dequantize_is_exact(s) && !nan) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      words[2 * j] = dequantize_pair_exact(ptx::cvt_f16x2_e4m3x2(uint16_t(w[j])), s);
+      words[2 * j + 1] = dequantize_pair_exact(ptx::cvt_f16x2_e4m3x2(uint16_t(w[j] >> 16)), s);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < DequantConfig::kChunk; e += 2) {
+    const uint32_t lo = dequantize_element(uint8_t(w[e / 4] >> (8 * (e % 4))), s);
+    const uint32_t hi = dequantize_element(uint8_t(w[e / 4] >> (8 * (e % 4 + 1))), s);
+    words[e / 2] = lo | (hi << 16);
+  }
+}
 
 template <ScaleLayout kLayout>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
@@ -60,34 +84,39 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     }
     __syncthreads();
   }
+  // All of the thread's loads first (data and scales in flight together), then convert and store.
+  uint4 q[DequantConfig::kLoads];
+  uint8_t s[DequantConfig::kLoads];
+  bool placed[DequantConfig::kLoads];
 #pragma unroll
   for (int i = 0; i < DequantConfig::kLoads; ++i) {
     const int idx = i * DequantConfig::kThreads + threadIdx.x;
     const int64_t r = r0 + idx / DequantConfig::kChunksPerRow;
     const int64_t c = c0 + idx % DequantConfig::kChunksPerRow * DequantConfig::kChunk;
-    if (r >= p.rows || c >= p.cols) continue;  // a partial tile at the edge (32-multiples)
-    const uint4 q = ptx::ld_global_nc_v4(p.q + r * p.cols + c);
-    uint8_t s = 0;
-    bool placed = true;
+    const bool in = r < p.rows && c < p.cols;  // a partial tile at the edge (32-multiples)
+    q[i] = ptx::ld_global_nc_v4_if(p.q + (in ? r * p.cols + c : 0), in);
+    s[i] = 0;
+    placed[i] = in;
+    if (!in) continue;
     if constexpr (kLayout == ScaleLayout::kKGroups) {
       const ChunkPlace place = chunk_place[(c - c0) / kBlock];
-      placed = place.slot >= 0;
-      if (placed) s = p.scales[place.atom + atom_offset<int64_t>(r, 0) + place.slot];
+      placed[i] = place.slot >= 0;
+      if (placed[i]) s[i] = p.scales[place.atom + atom_offset<int64_t>(r, 0) + place.slot];
     } else if constexpr (kLayout == ScaleLayout::kMGroups) {
       const ChunkPlace place = chunk_place[(r - r0) / kBlock];  // every row has a segment
-      s = p.scales[place.atom + (r % kBlock) * 16 + place.slot * 4 + (c / kBlock) % kAtomCols];
+      s[i] = p.scales[place.atom + (r % kBlock) * 16 + place.slot * 4 + (c / kBlock) % kAtomCols];
     } else {
-      s = p.scales[blocked_offset(r, c / kBlock, p.cols / kBlock)];
+      s[i] = p.scales[blocked_offset(r, c / kBlock, p.cols / kBlock)];
     }
-    const uint8_t* bytes = reinterpret_cast<const uint8_t*>(&q);
-    uint4 out[2];
-    uint32_t* words = reinterpret_cast<uint32_t*>(out);
+  }
 #pragma unroll
-    for (int e = 0; e < DequantConfig::kChunk; e += 2) {
-      const uint32_t lo = placed ? dequantize_element(bytes[e], s) : 0u;
-      const uint32_t hi = placed ? dequantize_element(bytes[e + 1], s) : 0u;
-      words[e / 2] = lo | (hi << 16);
-    }
+  for (int i = 0; i < DequantConfig::kLoads; ++i) {
+    const int idx = i * DequantConfig::kThreads + threadIdx.x;
+    const int64_t r = r0 + idx / DequantConfig::kChunksPerRow;
+    const int64_t c = c0 + idx % DequantConfig::kChunksPerRow * DequantConfig::kChunk;
+    if (r >= p.rows || c >= p.cols) continue;
+    uint4 out[2] = {};  // a token past the last group: +0
+    if (placed[i]) dequantize_chunk(q[i], s[i], out);
     ptx::st_global_v4(p.out + r * p.cols + c, out[0]);
     ptx::st_global_v4(p.out + r * p.cols + c + 8, out[1]);
   }

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#error "mxq kernels need sm_90 or later (max.u16x2, cvt.satfinite.e4m3x2.f32)"
+#error "mxq kernels need sm_90 or later (max.u16x2, cvt.satfinite.e4m3x2.f32, cvt.f16x2.e4m3x2)"
 #endif
 
 namespace mxq::ptx {
@@ -83,6 +83,14 @@ __device__ __forceinline__ uint32_t max_u16x2(uint32_t a, uint32_t b) {
 __device__ __forceinline__ uint16_t cvt_e4m3x2(float hi, float lo) {
   uint16_t d;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
+// cvt (9.7.9.21): two e4m3 codes -> two fp16, exactly (every e4m3 value is an fp16 normal or
+// zero). The low byte becomes the low half (as cvt_e4m3x2 packs them).
+__device__ __forceinline__ uint32_t cvt_f16x2_e4m3x2(uint16_t codes) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(d) : "h"(codes));
   return d;
 }
 

@@ -450,5 +450,45 @@ TEST(Dequantize, EveryCodeAndScale) {
   }
 }
 
+// The GPU's two-at-a-time route (numerics.h dequantize_pair_exact) against dequantize_element: every
+// pair of non-NaN codes at every scale it takes, and the boundaries of that scale range (the
+// hardware's fp16 conversion is checked on the GPU by GpuDequantizeAllPairs).
+TEST(Dequantize, PairRouteEveryCodePairAndScale) {
+  for (int q = 0; q < 256; ++q) {  // the fp16 twin of every code is its exact value
+    if ((q & 0x7F) == 0x7F) continue;
+    ASSERT_EQ(f16_to_f32(f16_from_e4m3(uint8_t(q))), e4m3_to_f32(uint8_t(q))) << "q=" << q;
+  }
+  for (int s = kDequantExactScaleMin; s <= kDequantExactScaleMax; ++s) {
+    for (int lo = 0; lo < 256; ++lo) {
+      for (int hi = 0; hi < 256; ++hi) {
+        if ((lo & 0x7F) == 0x7F || (hi & 0x7F) == 0x7F) continue;
+        const uint32_t f16x2 = f16_from_e4m3(uint8_t(lo)) | uint32_t(f16_from_e4m3(uint8_t(hi)))
+                                                                << 16;
+        const uint32_t want = dequantize_element(uint8_t(lo), uint8_t(s)) |
+                              uint32_t(dequantize_element(uint8_t(hi), uint8_t(s))) << 16;
+        ASSERT_EQ(dequantize_pair_exact(f16x2, uint8_t(s)), want)
+            << "lo=0x" << std::hex << lo << " hi=0x" << hi << std::dec << " s=" << s;
+      }
+    }
+  }
+  // Just outside the range, the route would be wrong (a product rounds or overflows), which is why
+  // the kernel takes the element route there.
+  EXPECT_FALSE(dequantize_is_exact(kDequantExactScaleMin - 1));
+  EXPECT_FALSE(dequantize_is_exact(kDequantExactScaleMax + 1));
+  EXPECT_NE(dequantize_element(0x7E, kDequantExactScaleMax + 1),
+            dequantize_pair_exact(f16_from_e4m3(0x7E), kDequantExactScaleMax + 1) & 0xFFFF);
+  EXPECT_NE(dequantize_element(0x01, kDequantExactScaleMin - 6),
+            dequantize_pair_exact(f16_from_e4m3(0x01), kDequantExactScaleMin - 6) & 0xFFFF);
+}
+
+TEST(Dequantize, NanCodeDetection) {
+  for (int b = 0; b < 256; ++b) {
+    for (int pos = 0; pos < 4; ++pos) {
+      const uint32_t w = (0x38383838u & ~(0xFFu << (8 * pos))) | uint32_t(b) << (8 * pos);
+      EXPECT_EQ(has_e4m3_nan(w), (b & 0x7F) == 0x7F) << "byte 0x" << std::hex << b << " at " << pos;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace mxq::test
