@@ -3,7 +3,7 @@
 # extension against the machine's torch), then the steps asked for, each logged to $OUT.
 # Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [train] [sanitize] ...
 #        (default: build tests fuzz python bench eager train)
-# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS, TRAIN_ARGS, SANITIZE_FILTER.
+# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS, TRAIN_ARGS, SANITIZE_* (sanitize.sh).
 # Dependencies the device cannot download (GoogleTest sources, CLI11 headers) travel in .deps/ (docs/development.md).
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
@@ -53,10 +53,7 @@ fi
 
 if has sanitize; then
   log "compute-sanitizer"
-  for tool in memcheck racecheck initcheck synccheck; do
-    compute-sanitizer --tool "$tool" "$BUILD"/tests/cpp/mxq_gpu_tests --gtest_brief=1 \
-      --gtest_filter="${SANITIZE_FILTER:-*Small*:*Group*:*Malformed*}" 2>&1 | tail -3 | tee -a "$OUT/sanitize.log"
-  done
+  scripts/sanitize.sh "$BUILD" 2>&1 | tee "$OUT/sanitize.log" || status=1
 fi
 
 # The Python package from the build tree: the extension built above, the sources in python/.

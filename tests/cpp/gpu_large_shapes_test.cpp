@@ -3,14 +3,19 @@
 // columns), the reference computed once (dense), then compared with the fused, composed, rowwise
 // and colwise outputs, dense and in grouped mode (G = 8 with empty groups and a tail; the M-groups
 // s_row and the K-groups s_col are the test_util.h rearrangements to_mgroups / to_kgroups of the
-// reference's plain scales, so no second reference pass). Costly (131072x7168 bf16 is 1.9 GB):
-// skip with --gtest_filter=-*GpuLargeShapes* (ctest: -E GpuLargeShapes).
+// reference's plain scales, so no second reference pass). PastTwoToThe31 adds 131072x16896
+// (2.2e9 elements: every offset, scale index and group bound past 32 bits). Costly (131072x16896
+// bf16 is 4.4 GB): skip with --gtest_filter=-*GpuLargeShapes* (ctest: -E GpuLargeShapes).
 #include "gpu_util.h"
 
 namespace mxq::test {
 namespace {
 
 class GpuLargeShapes : public GpuTestWithParam<Shape> {};
+
+std::string param_name(const ::testing::TestParamInfo<Shape>& info) {
+  return shape_name(info.param);
+}
 
 TEST_P(GpuLargeShapes, AllPathsMatchReference) {
   const int64_t M = GetParam().M, K = GetParam().K;
@@ -46,9 +51,10 @@ INSTANTIATE_TEST_SUITE_P(BenchmarkShapes, GpuLargeShapes,
                          ::testing::Values(Shape{8192, 2048}, Shape{8192, 7168}, Shape{32768, 2048},
                                            Shape{32768, 7168}, Shape{131072, 2048},
                                            Shape{131072, 7168}),
-                         [](const ::testing::TestParamInfo<Shape>& info) {
-                           return shape_name(info.param);
-                         });
+                         param_name);
+
+INSTANTIATE_TEST_SUITE_P(PastTwoToThe31, GpuLargeShapes, ::testing::Values(Shape{131072, 16896}),
+                         param_name);
 
 }  // namespace
 }  // namespace mxq::test
