@@ -3,14 +3,16 @@
 //   mxq_fuzz [--cases N] [--seed S] [--case I] [--max-dim D] [--verbose] [--16-bit] [--skip-code C]
 //
 // Case i of seed S is drawn from splitmix64(S, i) alone, so `--seed S --case I` replays exactly the
-// case a failure names. Each case picks a path (fused, rowwise only, colwise only, composed, and
-// dequantize of rowwise or K-groups colwise data), an input type (bf16, fp16, fp32), a rule
-// (RCEIL, FLOOR), a shape (M, K multiples of 32 from 32 to --max-dim, log-uniform), dense or
-// grouped (G from 1 to 256, random 32-multiple group sizes, empty groups, a tail or none), and an
-// input of random bit patterns around a per-row magnitude with special values (NaN, +-Inf, +-0,
-// subnormals, the largest finite values) planted at random positions. Outputs are poisoned with a
-// random byte first and followed by a guard band; every byte must equal the reference's and every
-// guard byte must be intact. Exit code 0 only when no case mismatched.
+// case a failure names. Each case picks a path (fused, rowwise only, colwise only, composed,
+// dequantize of rowwise or K-groups colwise data, and quantize_weight), an input type (bf16, fp16,
+// fp32), a rule (RCEIL, FLOOR), a shape (M, K multiples of 32 from 32 to --max-dim, log-uniform),
+// dense or grouped (G from 1 to 256, random 32-multiple group sizes, empty groups, a tail or
+// none), and an input of random bit patterns around a per-row magnitude with special values (NaN,
+// +-Inf, +-0, subnormals, the largest finite values) planted at random positions. A weight case
+// quantizes W (G, N = M, K) with G log-uniform from 1 to 16 (G*N*K at most --max-dim^2), policy
+// 1x32 or 32x32, and rowwise, colwise or both axes. Outputs are poisoned with a random byte first
+// and followed by a guard band; every byte must equal the reference's and every guard byte must be
+// intact. Exit code 0 only when no case mismatched.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../../src/host/parallel.h"
@@ -30,6 +33,7 @@ namespace {
 
 using mxq::DType;
 using mxq::ScaleRounding;
+using mxq::WeightScaling;
 
 uint64_t splitmix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;
@@ -67,7 +71,8 @@ class Rng {
     }                                                                                       \
   } while (0)
 
-enum class Path { kFused, kRowwise, kColwise, kComposed, kDequantRow, kDequantCol };
+enum class Path { kFused, kRowwise, kColwise, kComposed, kDequantRow, kDequantCol, kWeight };
+constexpr int kPaths = 7;
 const char* path_name(Path p) {
   switch (p) {
     case Path::kFused:
@@ -82,6 +87,8 @@ const char* path_name(Path p) {
       return "dequantize-rowwise";
     case Path::kDequantCol:
       return "dequantize-colwise";
+    case Path::kWeight:
+      return "weight";
   }
   return "?";
 }
@@ -96,10 +103,21 @@ struct Case {
   DType dtype = DType::kBFloat16;
   ScaleRounding rule = ScaleRounding::kRceil;
   int64_t M = 0, K = 0;
-  std::vector<int32_t> offs;  // empty: dense
+  std::vector<int32_t> offs;    // empty: dense
+  bool row = true, col = true;  // the axes written (fixed by the path, drawn for kWeight)
+  // kWeight: W is (experts, M, K), each expert's (N = M, K) matrix quantized on its own.
+  int64_t experts = 1;
+  WeightScaling scaling = WeightScaling::k32x32;
   uint8_t poison = 0;
 
+  int64_t rows() const { return experts * M; }  // of the input, K elements each
   std::string describe() const {
+    if (path == Path::kWeight) {
+      const char* axes = row && col ? "both" : row ? "rowwise" : "colwise";
+      return std::string(path_name(path)) + " " + dtype_name(dtype) + " " + mxq::to_string(rule) +
+             " " + mxq::to_string(scaling) + " " + axes + " G=" + std::to_string(experts) +
+             " N=" + std::to_string(M) + " K=" + std::to_string(K);
+    }
     std::string s = std::string(path_name(path)) + " " + dtype_name(dtype) + " " +
                     mxq::to_string(rule) + " " + std::to_string(M) + "x" + std::to_string(K);
     if (!offs.empty()) {
@@ -117,13 +135,22 @@ Case draw_case(uint64_t seed, int64_t index, int64_t max_dim, const std::vector<
   Case c;
   c.seed = seed;
   c.index = index;
-  c.path = static_cast<Path>(rng.uniform(0, 5));
+  c.path = static_cast<Path>(rng.uniform(0, kPaths - 1));
   c.dtype = dtypes[size_t(rng.uniform(0, int64_t(dtypes.size()) - 1))];
   c.rule = rng.chance(0.5) ? ScaleRounding::kRceil : ScaleRounding::kFloor;
   c.M = 32 * rng.log_uniform(1, max_dim / 32);
   c.K = 32 * rng.log_uniform(1, max_dim / 32);
   c.poison = static_cast<uint8_t>(rng.next());
-  if (c.path != Path::kDequantRow && rng.chance(0.5)) {
+  c.row = c.path != Path::kColwise && c.path != Path::kDequantCol;
+  c.col = c.path != Path::kRowwise && c.path != Path::kDequantRow;
+  if (c.path == Path::kWeight) {
+    // G bounded so that W holds at most max_dim^2 elements, like the largest 2-D case.
+    c.experts = rng.log_uniform(1, std::min<int64_t>(16, max_dim * max_dim / (c.M * c.K)));
+    c.scaling = rng.chance(0.5) ? WeightScaling::k1x32 : WeightScaling::k32x32;
+    const int64_t axes = rng.uniform(0, 3);  // both twice as often as either alone
+    c.row = axes != 0;
+    c.col = axes != 1;
+  } else if (c.path != Path::kDequantRow && rng.chance(0.5)) {
     const int64_t G = rng.log_uniform(1, 256);
     const int64_t blocks = c.M / 32;
     const int64_t covered = rng.chance(0.3) ? blocks : rng.uniform(0, blocks);
@@ -144,7 +171,7 @@ std::vector<uint8_t> make_input(const Case& c, uint64_t seed) {
   const int man_bits = c.dtype == DType::kFloat32 ? 23 : c.dtype == DType::kBFloat16 ? 7 : 10;
   const int exp_max = c.dtype == DType::kFloat16 ? 31 : 255;
   const int bias = c.dtype == DType::kFloat16 ? 15 : 127;
-  std::vector<uint8_t> x(static_cast<size_t>(c.M * c.K * bits / 8));
+  std::vector<uint8_t> x(static_cast<size_t>(c.rows() * c.K * bits / 8));
   const uint32_t inf = uint32_t(exp_max) << man_bits;
   const uint32_t man_mask = (1u << man_bits) - 1;
   const uint32_t specials[] = {inf | 1,
@@ -158,7 +185,7 @@ std::vector<uint8_t> make_input(const Case& c, uint64_t seed) {
                                inf - 1 - man_mask,
                                uint32_t(bias + 8)
                                    << man_bits};  // NaNs, Inf, 0, subnormals, max, 256
-  mxq::detail::parallel_for(c.M, [&](int64_t m_begin, int64_t m_end) {
+  mxq::detail::parallel_for(c.rows(), [&](int64_t m_begin, int64_t m_end) {
     for (int64_t m = m_begin; m < m_end; ++m) {
       Rng rng(splitmix64(seed ^ splitmix64(uint64_t(m))));
       const int row_exp = static_cast<int>(rng.uniform(1, exp_max - 1));
@@ -219,11 +246,14 @@ struct Out {
 
 constexpr uint8_t kGuardByte = 0x5C;
 
-Out make_out(Arena& arena, const char* name, size_t bytes, uint8_t poison) {
-  Out o{name, arena.take(bytes), bytes, std::vector<uint8_t>(bytes)};
-  FUZZ_CUDA(cudaMemset(o.device, poison, bytes));
-  FUZZ_CUDA(cudaMemset(o.device + bytes, kGuardByte, Arena::kGuard));
-  return o;
+// Appends an output that must come back as `want`; returns its device pointer.
+uint8_t* expect_out(Arena& arena, std::vector<Out>& outs, const char* name,
+                    std::vector<uint8_t> want, uint8_t poison) {
+  const size_t bytes = want.size();
+  outs.push_back(Out{name, arena.take(bytes), bytes, std::move(want)});
+  FUZZ_CUDA(cudaMemset(outs.back().device, poison, bytes));
+  FUZZ_CUDA(cudaMemset(outs.back().device + bytes, kGuardByte, Arena::kGuard));
+  return outs.back().device;
 }
 
 uint8_t* upload(Arena& arena, const void* host, size_t bytes) {
@@ -257,10 +287,60 @@ bool check(const Case& c, const Out& o) {
   return false;
 }
 
-// Runs one case; returns true when every byte matched.
-bool run_case(const Case& c, Arena& arena, bool verbose) {
-  arena.reset();
-  const std::vector<uint8_t> x = make_input(c, splitmix64(c.seed * 31 + uint64_t(c.index)));
+// An mxq::Error from a call the case expects to succeed: reported like a mismatch.
+bool threw(const Case& c, const mxq::Error& e) {
+  std::printf("MISMATCH case %lld (--seed %llu --case %lld): %s: threw: %s\n", (long long)c.index,
+              (unsigned long long)c.seed, (long long)c.index, c.describe().c_str(), e.what());
+  return false;
+}
+
+// quantize_weight of W = x (experts, M, K) with the case's axes; the reference on the host.
+bool launch_weight(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
+                   std::vector<Out>& outs) {
+  mxq::QuantizeWeightParams ref;
+  ref.w = x.data();
+  ref.dtype = c.dtype;
+  ref.G = c.experts;
+  ref.N = c.M;
+  ref.K = c.K;
+  ref.rounding = c.rule;
+  ref.scaling = c.scaling;
+  const size_t q_bytes = size_t(c.experts * c.M * c.K);
+  std::vector<uint8_t> q_row, s_row, q_col, s_col;
+  if (c.row) {
+    q_row.resize(q_bytes);
+    s_row.resize(size_t(mxq::weight_s_row_shape(c.experts, c.M, c.K).bytes()));
+    ref.q_row = q_row.data();
+    ref.s_row = s_row.data();
+  }
+  if (c.col) {
+    q_col.resize(q_bytes);
+    s_col.resize(size_t(mxq::weight_s_col_shape(c.experts, c.M, c.K).bytes()));
+    ref.q_col = q_col.data();
+    ref.s_col = s_col.data();
+  }
+  mxq::ref::quantize_weight(ref);
+
+  mxq::QuantizeWeightParams p = ref;
+  p.w = upload(arena, x.data(), x.size());
+  if (c.row) {
+    p.q_row = expect_out(arena, outs, "q_row", std::move(q_row), c.poison);
+    p.s_row = expect_out(arena, outs, "s_row", std::move(s_row), c.poison);
+  }
+  if (c.col) {
+    p.q_col = expect_out(arena, outs, "q_col", std::move(q_col), c.poison);
+    p.s_col = expect_out(arena, outs, "s_col", std::move(s_col), c.poison);
+  }
+  try {
+    mxq::quantize_weight(p);
+  } catch (const mxq::Error& e) {
+    return threw(c, e);
+  }
+  return true;
+}
+
+// The other paths: quantize of x (M, K) on the case's axes, or dequantize of its reference.
+bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vector<Out>& outs) {
   const int64_t G = int64_t(c.offs.size());
   const bool grouped = G > 0;
   const int32_t* offs_host = grouped ? c.offs.data() : nullptr;
@@ -268,8 +348,7 @@ bool run_case(const Case& c, Arena& arena, bool verbose) {
                                     upload(arena, c.offs.data(), c.offs.size() * sizeof(int32_t)))
                               : nullptr;
   const bool dequant = c.path == Path::kDequantRow || c.path == Path::kDequantCol;
-  const bool row = c.path != Path::kColwise && c.path != Path::kDequantCol;
-  const bool col = c.path != Path::kRowwise && c.path != Path::kDequantRow;
+  const bool row = c.row, col = c.col;
 
   // The reference of the quantization (all requested axes), on the host.
   mxq::QuantizeParams ref;
@@ -295,33 +374,21 @@ bool run_case(const Case& c, Arena& arena, bool verbose) {
   }
   mxq::ref::quantize(ref);
 
-  std::vector<Out> outs;
   if (!dequant) {
     mxq::QuantizeParams p = ref;
     p.x = upload(arena, x.data(), x.size());
     p.offs = offs_dev;
-    int32_t* status = nullptr;
     if (row) {
-      outs.push_back(make_out(arena, "q_row", q_row.size(), c.poison));
-      outs.back().want = q_row;
-      p.q_row = outs.back().device;
-      outs.push_back(make_out(arena, "s_row", s_row.size(), c.poison));
-      outs.back().want = s_row;
-      p.s_row = outs.back().device;
+      p.q_row = expect_out(arena, outs, "q_row", q_row, c.poison);
+      p.s_row = expect_out(arena, outs, "s_row", s_row, c.poison);
     }
     if (col) {
-      outs.push_back(make_out(arena, "q_col", q_col.size(), c.poison));
-      outs.back().want = q_col;
-      p.q_col = outs.back().device;
-      outs.push_back(make_out(arena, "s_col", s_col.size(), c.poison));
-      outs.back().want = s_col;
-      p.s_col = outs.back().device;
+      p.q_col = expect_out(arena, outs, "q_col", q_col, c.poison);
+      p.s_col = expect_out(arena, outs, "s_col", s_col, c.poison);
     }
     if (grouped) {
-      outs.push_back(make_out(arena, "status", sizeof(int32_t), c.poison));
-      outs.back().want.assign(sizeof(int32_t), 0);
-      status = reinterpret_cast<int32_t*>(outs.back().device);
-      p.status = status;
+      p.status = reinterpret_cast<int32_t*>(
+          expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
     }
     try {
       if (c.path == Path::kComposed) {
@@ -331,10 +398,7 @@ bool run_case(const Case& c, Arena& arena, bool verbose) {
         mxq::quantize(p);
       }
     } catch (const mxq::Error& e) {
-      std::printf("MISMATCH case %lld (--seed %llu --case %lld): %s: threw: %s\n",
-                  (long long)c.index, (unsigned long long)c.seed, (long long)c.index,
-                  c.describe().c_str(), e.what());
-      return false;
+      return threw(c, e);
     }
   } else {
     // Dequantize the reference's data and scales on both sides.
@@ -356,11 +420,24 @@ bool run_case(const Case& c, Arena& arena, bool verbose) {
     h.offs = rowwise ? nullptr : offs_host;
     h.out = want.data();
     mxq::ref::dequantize(h);
-    outs.push_back(make_out(arena, "out", want.size(), c.poison));
-    outs.back().want = want;
-    d.out = outs.back().device;
-    mxq::dequantize(d);
+    d.out = expect_out(arena, outs, "out", std::move(want), c.poison);
+    try {
+      mxq::dequantize(d);
+    } catch (const mxq::Error& e) {
+      return threw(c, e);
+    }
   }
+  return true;
+}
+
+// Runs one case; returns true when every byte matched.
+bool run_case(const Case& c, Arena& arena, bool verbose) {
+  arena.reset();
+  const std::vector<uint8_t> x = make_input(c, splitmix64(c.seed * 31 + uint64_t(c.index)));
+  std::vector<Out> outs;
+  const bool launched =
+      c.path == Path::kWeight ? launch_weight(c, x, arena, outs) : launch(c, x, arena, outs);
+  if (!launched) return false;
   FUZZ_CUDA(cudaDeviceSynchronize());
   bool ok = true;
   for (const Out& o : outs) ok = check(c, o) && ok;
@@ -411,7 +488,7 @@ int main(int argc, char** argv) {
   Arena arena(size_t(max_dim) * size_t(max_dim) * 16 + (size_t(64) << 20));
   const auto start = std::chrono::steady_clock::now();
   int64_t failed = 0, ran = 0;
-  int64_t per_path[6] = {0, 0, 0, 0, 0, 0};
+  int64_t per_path[kPaths] = {};
   for (int64_t i = only >= 0 ? only : 0; i < (only >= 0 ? only + 1 : cases); ++i) {
     const Case c = draw_case(seed, i, max_dim, dtypes);
     failed += run_case(c, arena, verbose || only >= 0) ? 0 : 1;
@@ -427,10 +504,10 @@ int main(int argc, char** argv) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "mxq_fuzz: seed %llu: %lld cases (fused %lld, rowwise %lld, colwise %lld, composed %lld, "
-      "dequantize %lld + %lld) in %.1f s\n",
+      "dequantize %lld + %lld, weight %lld) in %.1f s\n",
       (unsigned long long)seed, (long long)ran, (long long)per_path[0], (long long)per_path[1],
       (long long)per_path[2], (long long)per_path[3], (long long)per_path[4],
-      (long long)per_path[5], s);
+      (long long)per_path[5], (long long)per_path[6], s);
   std::printf("%lld passed, %lld failed\n", (long long)(ran - failed), (long long)failed);
   return failed == 0 ? 0 : 1;
 }
