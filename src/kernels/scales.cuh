@@ -73,6 +73,26 @@ __device__ __forceinline__ ChunkPlace k_groups_place(const GroupTable& t, int64_
   return place;
 }
 
+// The places of a grouped tile's kChunks row chunks (M-groups s_row) and scale columns (K-groups
+// s_col). Each is a binary search over the groups and some 64-bit arithmetic, so a CTA works them
+// out once — threads 0.. for the rows, 32.. for the columns — into shared memory, instead of every
+// storing thread doing so (which doubled the grouped kernels' instruction count). The caller's next
+// __syncthreads publishes them.
+struct TilePlaces {
+  ChunkPlace row[kAtomCols];
+  ChunkPlace col[kAtomCols];
+};
+template <int kChunks>
+__device__ __forceinline__ void plan_tile_places(TilePlaces& places, const GroupTable& t,
+                                                 int64_t m0, int64_t k0, int64_t K, bool rows,
+                                                 bool cols) {
+  const int tid = threadIdx.x;
+  if (rows && tid < kChunks) places.row[tid] = m_groups_place(t, m0, tid, k0, K / kBlock);
+  if (cols && tid >= 32 && tid < 32 + kChunks) {
+    places.col[tid - 32] = k_groups_place(t, m0, tid - 32, k0, K);
+  }
+}
+
 // The dense blocked layouts per chunk (the tiles of fp32 input hold 64 rows: half an atom).
 // `last` marks the last chunk of x's last tile along M: the atom's remaining slots are padding.
 __device__ __forceinline__ ChunkPlace blocked_row_place(int64_t m0, int c, int64_t k0,
@@ -133,11 +153,11 @@ __device__ __forceinline__ void store_col_chunks(uint8_t* s_col, const uint8_t* 
 }
 
 // Colwise scales of the tile whose kChunks 32-token chunks start at m0 and whose scale rows start
-// at k0; col_atom as staged ([k][chunk] for kPlain). last_m: the tile is x's last along M. Every
-// thread of the CTA calls it (the per-chunk stores use 256 threads).
+// at k0; col_atom as staged ([k][chunk] for kPlain); places: planned (kKGroups). last_m: the tile
+// is x's last along M. Every thread of the CTA calls it (the per-chunk stores use 256 threads).
 template <ColScales kCol, int kChunks>
 __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0, int64_t k0,
-                                                 const uint8_t* col_atom, const GroupTable& t,
+                                                 const uint8_t* col_atom, const TilePlaces& places,
                                                  bool last_m) {
   const int tid = threadIdx.x;
   if constexpr (kCol == ColScales::kPlain) {
@@ -158,7 +178,7 @@ __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0
       return blocked_col_place(m0, c, k0, out.M, last_m && c == kChunks - 1);
     });
   } else if constexpr (kCol == ColScales::kKGroups) {
-    const auto place = [&](int c) { return k_groups_place(t, m0, c, k0, out.K); };
+    const auto place = [&](int c) { return places.col[c]; };
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
       if (tid < 32) store_atom(out.s_col + atom, col_atom, tid);
@@ -169,10 +189,10 @@ __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0
 }
 
 // Rowwise scales of the tile whose kChunks 32-row chunks start at m0, scale columns at k0/32:
-// blocked, or M-groups when kGrouped.
+// blocked, or M-groups (places planned) when kGrouped.
 template <bool kGrouped, int kChunks>
 __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0, int64_t k0,
-                                                 const uint8_t* row_atom, const GroupTable& t,
+                                                 const uint8_t* row_atom, const TilePlaces& places,
                                                  bool last_m) {
   const int tid = threadIdx.x;
   const int64_t scale_cols = out.K / kBlock;
@@ -186,7 +206,7 @@ __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0
       return blocked_row_place(m0, c, k0, scale_cols, last_m && c == kChunks - 1);
     });
   } else {
-    const auto place = [&](int c) { return m_groups_place(t, m0, c, k0, scale_cols); };
+    const auto place = [&](int c) { return places.row[c]; };
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
       if (tid / 32 == last_warp) store_atom(out.s_row + atom, row_atom, tid % 32);

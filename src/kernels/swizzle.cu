@@ -75,6 +75,7 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     return;
   }
   const ScaleOut out{nullptr, p.s_col, p.M, p.K};
+  __shared__ TilePlaces places;
   for (int u = 0; u < SwizzleConfig::kAtomsPerCta; ++u) {
     const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + u;
     if (a >= p.atoms) break;
@@ -85,9 +86,10 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     for (int c = threadIdx.x / kAtomRows; c < kAtomCols; c += blockDim.x / kAtomRows) {
       atom_staging[atom_offset<unsigned>(k, c)] = plain_scale(p, k0 + k, m0 / kBlock + c);
     }
+    plan_tile_places<kAtomCols>(places, t, m0, k0, p.K, false, true);
     __syncthreads();
     // ---- place ----
-    store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, t, false);
+    store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, places, false);
     __syncthreads();  // the staging is reused
   }
 }
