@@ -183,7 +183,7 @@ def _eager_ops(y, offs, w):
     a = mxq.quantize(y, scaling_mode="floor", offs=offs, backend="composed")
     k = mxq.quantize(y, rowwise=False)
     d = mxq.dequantize(a.q_col.t(), a.s_col, offs, layout="k_groups")
-    return (*a, *_tensors(k), d, *mxq.quantize_weight(w, weight_scaling="1x32", colwise=False))
+    return (*a, *_tensors(k), d, *_tensors(mxq.quantize_weight(w, weight_scaling="1x32", colwise=False)))
 
 
 @requires_cuda
