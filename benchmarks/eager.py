@@ -16,7 +16,8 @@ For each shape, on one bf16 tensor x, each row is timed two ways in the same run
 
 Rows: mxq.quantize(x) (the fused default), torch.ops.mxq.quantize called directly, the composed backend,
 rowwise only, colwise only, and two yardsticks on the same tensor: x.add_(0) (one elementwise kernel; the
-cheapest useful op a user launches) and torch.empty_like(x) (an allocation, no kernel). The number to watch is
+cheapest useful op a user launches) and torch.empty_like(x) (an allocation, no kernel). --breakdown adds eager-only
+rows that split the fused op's cost (breakdown_rows; docs/performance.md, "Eager cost"). The number to watch is
 fused eager / add_ eager per shape: the target is <= 1.5, i.e. mxq.quantize costs a caller at most half again
 what a trivial torch op costs.
 
@@ -138,6 +139,24 @@ def make_rows(torch, mxq, x) -> dict:
     }
 
 
+def breakdown_rows(torch, x) -> dict:
+    """--breakdown: eager-only rows that split the fused op's cost (dispatch without a launch on a meta tensor, one
+    output pair instead of two, the four outputs' allocations alone), beside the same for x.add_(0)."""
+    ops = torch.ops.mxq
+    meta = torch.empty_like(x, device="meta")
+    outs = ops.quantize.default(x, 32, "rceil", None)
+    shapes = [(t.shape, t.stride(), t.dtype) for t in outs]
+    return {
+        "quantize.default (the overload)": lambda: ops.quantize.default(x, 32, "rceil", None),
+        "quantize_rowwise.default (2 outputs)": lambda: ops.quantize_rowwise.default(x, 32, "rceil", None),
+        "quantize.default on a meta tensor": lambda: ops.quantize.default(meta, 32, "rceil", None),
+        "x.add_(0) on a meta tensor": lambda: meta.add_(0),
+        "4 x torch.empty_strided (the outputs)": lambda: [
+            torch.empty_strided(shape, stride, dtype=dtype, device=x.device) for shape, stride, dtype in shapes
+        ],
+    }
+
+
 def same_bytes(torch, a, b) -> bool:
     return all(
         u.dtype == v.dtype and u.shape == v.shape and torch.equal(u.view(torch.uint8), v.view(torch.uint8))
@@ -154,6 +173,7 @@ def main() -> int:
     ap.add_argument("--graph-calls", type=int, default=20, help="calls captured per CUDA graph (default 20)")
     ap.add_argument("--json", default=None, help="output path; `-` writes none")
     ap.add_argument("--no-verify", action="store_true", help="skip the fused == composed byte check")
+    ap.add_argument("--breakdown", action="store_true", help="also time eager-only rows that split the fused op's cost")
     args = ap.parse_args()
 
     try:
@@ -190,11 +210,14 @@ def main() -> int:
             if not verified:
                 print(f"eager.py: {M}x{K}: fused and composed outputs differ", file=sys.stderr)
                 failed = True
-        eager = time_eager(torch, rows, args.calls, args.warmup, args.repeats)
+        extra = breakdown_rows(torch, x) if args.breakdown else {}
+        eager = time_eager(torch, {**rows, **extra}, args.calls, args.warmup, args.repeats)
         timed = {}
         for name, fn in rows.items():
             graph = time_graph(torch, fn, args.graph_calls, args.repeats)
             timed[name] = [round(eager[name], 3), round(graph, 3)]
+        for name in extra:  # eager only: a meta tensor has no GPU time
+            timed[name] = [round(eager[name], 3), None]
         ratio = timed[FUSED][0] / timed[ADD][0]
         results.append(
             {
@@ -206,14 +229,15 @@ def main() -> int:
                 "fused_equals_composed": verified,
             }
         )
-        del rows, x
+        del rows, extra, x
         torch.cuda.empty_cache()
 
         print(f"\n{M}x{K}")
         print(f"  {'op':<38} {'eager us':>10} {'graph us':>10} {'eager/graph':>12}")
         for name, (eager, graph) in timed.items():
-            rel = f"{eager / graph:.2f}" if graph > 0.05 else "-"
-            print(f"  {name:<38} {eager:>10.2f} {graph:>10.2f} {rel:>12}")
+            rel = f"{eager / graph:.2f}" if graph is not None and graph > 0.05 else "-"
+            shown = f"{graph:>10.2f}" if graph is not None else f"{'-':>10}"
+            print(f"  {name:<38} {eager:>10.2f} {shown} {rel:>12}")
         verdict = "ok" if ratio <= TARGET_RATIO else "ABOVE TARGET"
         print(f"  fused eager / add_ eager = {ratio:.2f} (target <= {TARGET_RATIO}: {verdict})")
 
