@@ -34,10 +34,13 @@ shape is a ValueError.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 
 import torch
 from torch import Tensor, nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 _ops = torch.ops.mxq
 BLOCK = 32
@@ -79,6 +82,56 @@ def weight_operands(w: Tensor, scaling_mode: str, weight_scaling: str, colwise: 
     return out[0], out[1], (out[2] if colwise else None), (out[3] if colwise else None)
 
 
+# ---- reusing a weight's quantization across microbatches ----
+
+_reuse = threading.local()  # .cache: {(id, options): (weight, stamp, operands)} inside reuse_quantized_weights
+
+
+@contextlib.contextmanager
+def reuse_quantized_weights():
+    """Within the block, an MXFP8 layer's weight that is unchanged since its last quantization in the block reuses
+    that quantization instead of calling quantize_weight again: for several microbatches between optimizer steps
+    (gradient accumulation; the pipeline-parallel pattern with FSDP2 keeping the weights unsharded), each weight is
+    quantized once.
+
+    Unchanged means: the same tensor object, storage address and version counter, and no optimizer step since (any
+    ``torch.optim`` optimizer's step clears the block's cache). The version counter sees in-place updates of the
+    layer's own weight tensor, but not writes that bypass it — FSDP2's all-gather into the unsharded weight is one,
+    which is why optimizer steps clear the cache. So, inside a block, change weights only by optimizer steps or
+    in-place ops on the layer's weight. The quantized weights are released when the block ends. Ignored while
+    torch.compile traces and while a CUDA graph is captured (a captured step quantizes the weights it replays
+    with). Nesting is allowed (the outer block rules)."""
+    if getattr(_reuse, "cache", None) is not None:
+        yield
+        return
+    cache: dict = {}
+    hook = register_optimizer_step_pre_hook(lambda *_: cache.clear())
+    _reuse.cache = cache
+    try:
+        yield
+    finally:
+        _reuse.cache = None
+        hook.remove()
+
+
+def layer_weight_operands(weight: Tensor, w: Tensor, scaling_mode: str, weight_scaling: str):
+    """Both axes' operands of the layer weight ``weight`` (``w``: its bf16 contiguous form) from the
+    :func:`reuse_quantized_weights` cache, or None outside such a block (the layer then quantizes it itself)."""
+    if torch.compiler.is_compiling():
+        return None
+    cache = getattr(_reuse, "cache", None)
+    if cache is None or (w.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return None
+    key = (id(weight), scaling_mode, weight_scaling)
+    stamp = (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape), weight.device)
+    hit = cache.get(key)
+    if hit is not None and hit[0] is weight and hit[1] == stamp:
+        return hit[2]
+    operands = weight_operands(w, scaling_mode, weight_scaling, colwise=True)
+    cache[key] = (weight, stamp, operands)  # keeps `weight` alive, so its id is not reused while cached
+    return operands
+
+
 def blocked_scales(s: Tensor, rows: int, cols: int) -> Tensor:
     """The 2-D (roundup(rows,128), roundup(cols/32,4)) view of the blocked scales of a (rows, cols) operand."""
     return s.reshape(round_up(rows, 128), round_up(cols // BLOCK, 4))
@@ -103,8 +156,8 @@ def dual_quantize(t: Tensor, backend: str, scaling_mode: str, offs: Tensor | Non
 
 class _MXFP8LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, backend, x_colwise, scaling_mode, weight_scaling, gemm):
-        # x (M, K), w (N, K), both bf16 contiguous.
+    def forward(ctx, x, w, w_operands, backend, x_colwise, scaling_mode, weight_scaling, gemm):
+        # x (M, K), w (N, K), both bf16 contiguous; w_operands: w's, from reuse_quantized_weights, or None.
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if x_colwise == "quantized" and need_dw:
             q_x, s_x, q_x_col, s_x_col = dual_quantize(x, backend, scaling_mode)
@@ -113,7 +166,7 @@ class _MXFP8LinearFunction(torch.autograd.Function):
             q_x, s_x = _ops.quantize_rowwise(x, BLOCK, scaling_mode, None)
             x_saved = (x,) if need_dw else ()
         # One call: W rowwise (forward, now) and W colwise (dgrad, saved instead of W).
-        q_w, s_w, q_w_col, s_w_col = weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
+        q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
         w_saved = (q_w_col, s_w_col) if need_dx else ()
         ctx.save_for_backward(*x_saved, *w_saved)
         ctx.config = (backend, x_colwise, scaling_mode, gemm, len(x_saved), need_dx, need_dw)
@@ -136,7 +189,7 @@ class _MXFP8LinearFunction(torch.autograd.Function):
             else:
                 q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, None)  # physical (K, M)
             dw = mx_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, gemm)  # (N, M) · (K, M)ᵀ = (N, K)
-        return dx, dw, None, None, None, None, None
+        return dx, dw, None, None, None, None, None, None
 
 
 def mxfp8_linear(
@@ -170,7 +223,14 @@ def mxfp8_linear(
     x2 = x.reshape(M, K).to(torch.bfloat16).contiguous()
     w = weight.to(torch.bfloat16).contiguous()
     y = _MXFP8LinearFunction.apply(
-        x2, w, activation_quantization_backend, x_colwise, scaling_mode, weight_scaling, gemm
+        x2,
+        w,
+        layer_weight_operands(weight, w, scaling_mode, weight_scaling),
+        activation_quantization_backend,
+        x_colwise,
+        scaling_mode,
+        weight_scaling,
+        gemm,
     )
     if bias is not None:
         y = y + bias.to(y.dtype)

@@ -54,6 +54,7 @@ from .linear import (
     check_choice,
     check_multiple_of_32,
     dual_quantize,
+    layer_weight_operands,
     native_mx_gemm,
     round_up,
     weight_operands,
@@ -198,8 +199,9 @@ def _wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path):
 
 class _MXFP8GroupedMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, offs, backend, x_colwise, scaling_mode, weight_scaling, path):
-        # x (M, K), w (G, N, K): bf16 contiguous; offs (G,) int32 on x's device.
+    def forward(ctx, x, w, w_operands, offs, backend, x_colwise, scaling_mode, weight_scaling, path):
+        # x (M, K), w (G, N, K): bf16 contiguous; w_operands: w's, from reuse_quantized_weights, or None; offs
+        # (G,) int32 on x's device.
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if x_colwise == "quantized" and need_dw:
             q_x, s_x, q_x_col, s_x_col = dual_quantize(x, backend, scaling_mode, offs)
@@ -207,7 +209,7 @@ class _MXFP8GroupedMM(torch.autograd.Function):
         else:
             q_x, s_x = _ops.quantize_rowwise(x, BLOCK, scaling_mode, offs)
             x_saved = (x,) if need_dw else ()
-        q_w, s_w, q_w_col, s_w_col = weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
+        q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
         w_saved = (q_w_col, s_w_col) if need_dx else ()
         ctx.save_for_backward(offs, *x_saved, *w_saved)
         ctx.config = (backend, scaling_mode, path, len(x_saved), need_dx, need_dw)
@@ -231,7 +233,7 @@ class _MXFP8GroupedMM(torch.autograd.Function):
             else:
                 q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, offs)
             dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path), offs)
-        return dx, dw, None, None, None, None, None, None
+        return dx, dw, None, None, None, None, None, None, None
 
 
 def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
@@ -288,8 +290,18 @@ def grouped_mm(
     check_choice(owner, "gemm", gemm, GROUPED_GEMMS)
     path = grouped_gemm_path(x.device, gemm)
     x = x.to(torch.bfloat16).contiguous()
-    w = w.to(torch.bfloat16).contiguous()
-    return _MXFP8GroupedMM.apply(x, w, offs.contiguous(), backend, x_colwise, scaling_mode, weight_scaling, path)
+    w_bf16 = w.to(torch.bfloat16).contiguous()
+    return _MXFP8GroupedMM.apply(
+        x,
+        w_bf16,
+        layer_weight_operands(w, w_bf16, scaling_mode, weight_scaling),
+        offs.contiguous(),
+        backend,
+        x_colwise,
+        scaling_mode,
+        weight_scaling,
+        path,
+    )
 
 
 # ---- expert modules ----

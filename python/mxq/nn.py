@@ -26,6 +26,9 @@ Expert-module interface (mxq.moe's docstring has the same text):
   ``(silu(x_g W1_gᵀ) * (x_g W3_gᵀ)) W2_gᵀ`` per group (``"swiglu"``) or ``x_g W_gᵀ`` (``"linear"``).
 
 :class:`mxq.moe.GroupedExperts` is a high-precision implementation of it.
+
+``with mxq.nn.reuse_quantized_weights(): ...`` quantizes each MXFP8 layer's weight once for several microbatches
+between optimizer steps (docs/training.md).
 """
 
 from __future__ import annotations
@@ -44,10 +47,11 @@ from .linear import (
     X_COLWISE,
     MXFP8Linear,
     check_choice,
+    reuse_quantized_weights,
 )
 from .moe import GROUPED_GEMMS, MXFP8GroupedExperts, expert_dims, is_expert_module
 
-__all__ = ["ConversionSummary", "Converted", "Skipped", "convert"]
+__all__ = ["ConversionSummary", "Converted", "Skipped", "convert", "reuse_quantized_weights"]
 
 
 class Converted(NamedTuple):

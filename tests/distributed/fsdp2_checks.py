@@ -25,11 +25,12 @@ Checks:
 - ``microbatch``: the pipeline-parallel pattern: two microbatches per step, weights all-gathered once by an explicit
   ``unshard()`` and kept unsharded between them (``reshard_after_forward=False``, ``set_reshard_after_backward``,
   ``set_requires_gradient_sync`` and ``set_is_last_backward`` off for the first microbatch); one all-gather and one
-  reduce-scatter per unit per step; bitwise equal to the reference that accumulates both microbatches' gradients.
-- ``quantize_once``: in that pattern, each weight is MXFP8-quantized once per unshard (counts
-  ``torch.ops.mxq.quantize_weight`` calls with a dispatch mode). Known failure (XFAIL): MXFP8Linear and
-  MXFP8GroupedExperts quantize their weights inside every forward (mxq/linear.py, mxq/moe.py), so two microbatches
-  quantize each weight twice per unshard.
+  reduce-scatter per unit per step; bitwise equal to the reference that accumulates both microbatches' gradients,
+  with all steps inside one ``mxq.nn.reuse_quantized_weights()`` block (so its cache is invalidated correctly by
+  every optimizer step and all-gather).
+- ``quantize_once``: in that pattern, with the microbatches inside ``mxq.nn.reuse_quantized_weights()``, each
+  weight is MXFP8-quantized once per unshard (counts ``torch.ops.mxq.quantize_weight`` calls with a dispatch mode).
+  Without the block the layers quantize their weights in every forward (two microbatches: twice per unshard).
 - ``cuda_graph`` (CUDA only): a whole FSDP2 training step (forward, backward with its reduce-scatters, SGD step)
   captured in a CUDA graph and replayed on new data matches the same steps run eagerly.
 """
@@ -68,10 +69,7 @@ warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a v
 
 CHECKS = ("parity", "compile", "microbatch", "quantize_once", "cuda_graph")
 BACKENDS = ("fused", "composed")
-KNOWN_FAILURES = {
-    "quantize_once": "MXFP8Linear and MXFP8GroupedExperts call quantize_weight in every forward; nothing caches the "
-    "MXFP8 weight across forwards of one unshard",
-}
+KNOWN_FAILURES: dict[str, str] = {}  # check name -> why it fails today (reported as XFAIL)
 DIM, HIDDEN, EXPERTS, TOP_K, ALIGN = 64, 64, 4, 2, 32
 TOKENS = 64  # per microbatch and rank
 STEPS = 3
@@ -426,21 +424,24 @@ def check_microbatch(device, mesh, backend):
     units = len(fsdp_modules(model))
     dl, dg, dp = Diff(), Diff(), Diff()
     comm, unsharded, resharded = [], True, True
-    for step_data in make_data(device, STEPS, 2):
-        ref_losses, ref_grads = reference_step(ref, opt_ref, step_data)
-        opt.zero_grad()
-        with count_collectives() as counts:
-            losses, between = microbatch_step(model, step_data, rank)
-        comm.append((counts["all_gather_single"], counts["reduce_scatter_single"]))
-        unsharded &= between
-        resharded &= all_sharded(model)
-        for a, b in zip(losses, ref_losses[rank]):
-            dl.add(a, b)
-        for p, g in zip(model.parameters(), ref_grads):
-            dg.add(p.grad, g)
-        opt.step()
-        for p, q in zip(model.parameters(), ref.parameters()):
-            dp.add(p, q)
+    # One reuse_quantized_weights block over every step: each optimizer step and all-gather must invalidate the
+    # cached weight quantizations (a stale one would break the bitwise comparison).
+    with mxq.nn.reuse_quantized_weights():
+        for step_data in make_data(device, STEPS, 2):
+            ref_losses, ref_grads = reference_step(ref, opt_ref, step_data)
+            opt.zero_grad()
+            with count_collectives() as counts:
+                losses, between = microbatch_step(model, step_data, rank)
+            comm.append((counts["all_gather_single"], counts["reduce_scatter_single"]))
+            unsharded &= between
+            resharded &= all_sharded(model)
+            for a, b in zip(losses, ref_losses[rank]):
+                dl.add(a, b)
+            for p, g in zip(model.parameters(), ref_grads):
+                dg.add(p.grad, g)
+            opt.step()
+            for p, q in zip(model.parameters(), ref.parameters()):
+                dp.add(p, q)
     once = all(c == (units, units) for c in comm)
     ok = dl.bad == dg.bad == dp.bad == 0 and unsharded and resharded and once
     figures = (
@@ -459,7 +460,7 @@ def check_quantize_once(device, mesh, backend):
     counter = CountWeightQuantization(model)
     step_data = make_data(device, 1, 2)[0]
     try:
-        with count_collectives() as counts, counter:
+        with count_collectives() as counts, counter, mxq.nn.reuse_quantized_weights():
             microbatch_step(model, step_data, rank)
     finally:
         counter.remove()

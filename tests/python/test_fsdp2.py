@@ -2,7 +2,7 @@
 torchrun (``python -m torch.distributed.run --standalone --nproc_per_node=2``) once per device — gloo on the CPU,
 NCCL on CUDA when there are two GPUs — and turns each of its ``STATUS check[backend]: figures`` lines into a test:
 FSDP2 vs single-rank parity (bitwise), reshard_after_forward=True under torch.compile, two microbatches with the
-weights kept unsharded, weight quantization once per unshard (a known failure: xfail), a CUDA-graph-captured step
+weights kept unsharded, weight quantization once per unshard (mxq.nn.reuse_quantized_weights), a CUDA-graph-captured step
 (CUDA only). The script's own docstring says what each check proves."""
 
 import pytest
@@ -23,10 +23,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(REPO, "tests", "distributed", "fsdp2_checks.py")
 BACKENDS = ["fused", "composed"]
 LINE = re.compile(r"^(PASS|FAIL|SKIP|XFAIL|XPASS) (\w+)\[(\w+)\]: (.*)$", re.MULTILINE)
-QUANTIZE_ONCE_REASON = (
-    "MXFP8Linear and MXFP8GroupedExperts quantize their weights in every forward (mxq/linear.py, mxq/moe.py): "
-    "two microbatches under one FSDP2 unshard quantize each weight twice"
-)
 
 
 class Run:
@@ -76,29 +72,13 @@ DEVICES = ["cpu", "cuda"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("check", ["parity", "compile", "microbatch", "cuda_graph"])
+@pytest.mark.parametrize("check", ["parity", "compile", "microbatch", "quantize_once", "cuda_graph"])
 @pytest.mark.parametrize("device", DEVICES)
 def test_check(request, device, check, backend):
     status, figures = request.getfixturevalue(f"{device}_run").line(check, backend)
     if status == "SKIP":
         pytest.skip(f"{check}[{backend}] on {device}: {figures}")
     assert status == "PASS", f"{status} {check}[{backend}] on {device}: {figures}"
-
-
-class WeightQuantizedPerForward(AssertionError):
-    """The script's quantize_once check counted more than one quantize_weight call per weight per unshard."""
-
-
-@pytest.mark.xfail(raises=WeightQuantizedPerForward, reason=QUANTIZE_ONCE_REASON, strict=True)
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("device", DEVICES)
-def test_weight_quantized_once_per_unshard(request, device, backend):
-    """Expected to fail (the script prints XFAIL with the counts) until the layers reuse one quantization per unshard;
-    a passing check is a strict XPASS here (drop the marker), a crashed check (FAIL) a plain failure."""
-    status, figures = request.getfixturevalue(f"{device}_run").line("quantize_once", backend)
-    if status == "XFAIL":
-        raise WeightQuantizedPerForward(f"quantize_once[{backend}] on {device}: {figures}")
-    assert status in ("PASS", "XPASS"), f"{status} quantize_once[{backend}] on {device}: {figures}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
