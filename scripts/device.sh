@@ -76,7 +76,7 @@ fi
 
 if has eager; then
   log "eager"
-  python3 benchmarks/eager.py --json "$OUT/eager.json" 2>&1 | tee "$OUT/eager.log" | tail -30 || status=1
+  python3 benchmarks/eager.py --breakdown --json "$OUT/eager.json" 2>&1 | tee "$OUT/eager.log" | tail -30 || status=1
 fi
 
 if has train; then
