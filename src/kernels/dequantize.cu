@@ -7,8 +7,8 @@
 // One CTA per 128x128 tile (partial at the edges: rows and cols are multiples of 32): each thread
 // loads four 16-byte chunks (16 elements, half a block) and their scales, then converts each into
 // 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
-// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's. K-groups tiles look up
-// each 32-token chunk's atom and slot once (scales.cuh k_groups_place).
+// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's. K-groups
+// tiles look up each 32-token chunk's atom and slot once (scales.cuh k_groups_place).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
