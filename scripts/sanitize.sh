@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # compute-sanitizer's four tools (memcheck, racecheck, initcheck, synccheck) over representative calls of every
-# kernel, on a machine with a GPU (docs/development.md, "Sanitizers"):
+# kernel, on a machine with a GPU (docs/development.md, "Fuzzing and sanitizers"):
 #
 #   scripts/sanitize.sh [BUILD_DIR]          (default: build; needs mxq_fuzz and mxq_gpu_tests built there)
 #

@@ -209,6 +209,16 @@ class Diff:
         return f"{self.bad}/{self.n} differ, max|d|={self.max:.3g}"
 
 
+def step_and_compare(model, opt, ref, ref_grads, dg: Diff, dp: Diff) -> None:
+    """The model's gradients against the reference's (dg), its optimizer step, then its parameters against the
+    reference's, already stepped (dp)."""
+    for p, g in zip(model.parameters(), ref_grads):
+        dg.add(p.grad, g)
+    opt.step()
+    for p, q in zip(model.parameters(), ref.parameters()):
+        dp.add(p, q)
+
+
 @contextlib.contextmanager
 def count_collectives():
     """Counts FSDP2's all-gathers and reduce-scatters (its default comms call dist.all_gather_single and
@@ -323,11 +333,7 @@ def check_parity(device, mesh, backend):
         loss.backward()
         dl.add(loss.detach(), ref_losses[rank][0])
         grads_ok &= nonzero_grads(model)
-        for p, g in zip(model.parameters(), ref_grads):
-            dg.add(p.grad, g)
-        opt.step()
-        for p, q in zip(model.parameters(), ref.parameters()):
-            dp.add(p, q)
+        step_and_compare(model, opt, ref, ref_grads, dg, dp)
         losses.append(float(loss.detach()))
     ok = dl.bad == dg.bad == dp.bad == 0 and grads_ok
     figures = (
@@ -377,11 +383,7 @@ def check_compile(device, mesh, backend):
         gathers.append((fwd, counts["all_gather_single"] - fwd))
         dl.add(loss.detach(), ref_losses[rank][0])
         de.add(loss.detach(), eager_losses[rank][0])
-        for p, g in zip(model.parameters(), ref_grads):
-            dg.add(p.grad, g)
-        opt.step()
-        for p, q in zip(model.parameters(), ref.parameters()):
-            dp.add(p, q)
+        step_and_compare(model, opt, ref, ref_grads, dg, dp)
     stats = torch._dynamo.utils.counters["stats"]
     graphs = int(stats["unique_graphs"])
     regathered = all(f == units and b == units for f, b in gathers)
@@ -437,11 +439,7 @@ def check_microbatch(device, mesh, backend):
             resharded &= all_sharded(model)
             for a, b in zip(losses, ref_losses[rank]):
                 dl.add(a, b)
-            for p, g in zip(model.parameters(), ref_grads):
-                dg.add(p.grad, g)
-            opt.step()
-            for p, q in zip(model.parameters(), ref.parameters()):
-                dp.add(p, q)
+            step_and_compare(model, opt, ref, ref_grads, dg, dp)
     once = all(c == (units, units) for c in comm)
     ok = dl.bad == dg.bad == dp.bad == 0 and unsharded and resharded and once
     figures = (

@@ -288,10 +288,17 @@ bool check(const Case& c, const Out& o) {
 }
 
 // An mxq::Error from a call the case expects to succeed: reported like a mismatch.
-bool threw(const Case& c, const mxq::Error& e) {
-  std::printf("MISMATCH case %lld (--seed %llu --case %lld): %s: threw: %s\n", (long long)c.index,
-              (unsigned long long)c.seed, (long long)c.index, c.describe().c_str(), e.what());
-  return false;
+// Runs the GPU call `f`; a throw is a mismatch of the case (printed), so the case returns false.
+template <typename F>
+bool ran(const Case& c, F&& f) {
+  try {
+    f();
+    return true;
+  } catch (const mxq::Error& e) {
+    std::printf("MISMATCH case %lld (--seed %llu --case %lld): %s: threw: %s\n", (long long)c.index,
+                (unsigned long long)c.seed, (long long)c.index, c.describe().c_str(), e.what());
+    return false;
+  }
 }
 
 // quantize_weight of W = x (experts, M, K) with the case's axes; the reference on the host.
@@ -331,12 +338,7 @@ bool launch_weight(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
     p.q_col = expect_out(arena, outs, "q_col", std::move(q_col), c.poison);
     p.s_col = expect_out(arena, outs, "s_col", std::move(s_col), c.poison);
   }
-  try {
-    mxq::quantize_weight(p);
-  } catch (const mxq::Error& e) {
-    return threw(c, e);
-  }
-  return true;
+  return ran(c, [&] { mxq::quantize_weight(p); });
 }
 
 // The other paths: quantize of x (M, K) on the case's axes, or dequantize of its reference.
@@ -390,16 +392,11 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
       p.status = reinterpret_cast<int32_t*>(
           expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
     }
-    try {
-      if (c.path == Path::kComposed) {
-        uint8_t* ws = arena.take(size_t(mxq::composed_workspace_bytes(c.M, c.K)));
-        mxq::quantize_composed(p, ws);
-      } else {
-        mxq::quantize(p);
-      }
-    } catch (const mxq::Error& e) {
-      return threw(c, e);
+    if (c.path == Path::kComposed) {
+      uint8_t* ws = arena.take(size_t(mxq::composed_workspace_bytes(c.M, c.K)));
+      return ran(c, [&] { mxq::quantize_composed(p, ws); });
     }
+    return ran(c, [&] { mxq::quantize(p); });
   } else {
     // Dequantize the reference's data and scales on both sides.
     const bool rowwise = c.path == Path::kDequantRow;
@@ -421,13 +418,8 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
     h.out = want.data();
     mxq::ref::dequantize(h);
     d.out = expect_out(arena, outs, "out", std::move(want), c.poison);
-    try {
-      mxq::dequantize(d);
-    } catch (const mxq::Error& e) {
-      return threw(c, e);
-    }
+    return ran(c, [&] { mxq::dequantize(d); });
   }
-  return true;
 }
 
 // Runs one case; returns true when every byte matched.
