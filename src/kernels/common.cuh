@@ -145,7 +145,7 @@ __device__ __forceinline__ int32_t sanitized_offset(int32_t v, int64_t M) {
 
 // The shared-memory arrays of a GroupTable for G groups (G + 1 segments).
 __host__ __device__ constexpr int group_table_bytes(int G) {
-  return static_cast<int>(round_up(int64_t(3) * G + 2 + 8, 4)) * 4;
+  return static_cast<int>(round_up(int64_t(3) * G + 2, 4)) * 4;
 }
 
 struct GroupTable {
@@ -176,85 +176,93 @@ struct GroupTable {
   }
 };
 
-// Exclusive scan of one int32 per thread over the CTA (all threads call it); *total gets the
-// reduction of every value. `scratch` holds one int32 per warp.
+// Inclusive scan of one int32 per lane over a warp (every lane calls it).
 template <typename Op>
-__device__ __forceinline__ int32_t block_exclusive_scan(int32_t v, Op op, int32_t identity,
-                                                        int32_t* scratch, int32_t* total) {
+__device__ __forceinline__ int32_t warp_inclusive_scan(int32_t v, Op op) {
   const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int warps = blockDim.x >> 5;
-  int32_t inclusive = v;
+#pragma unroll
   for (int d = 1; d < 32; d <<= 1) {
-    const int32_t n = __shfl_up_sync(0xFFFFFFFFu, inclusive, d);
-    if (lane >= d) inclusive = op(inclusive, n);
+    const int32_t n = __shfl_up_sync(0xFFFFFFFFu, v, d);
+    if (lane >= d) v = op(v, n);
   }
-  if (lane == 31) scratch[warp] = inclusive;
-  __syncthreads();
-  int32_t prefix = identity, all = identity;
-  for (int w = 0; w < warps; ++w) {
-    if (w < warp) prefix = op(prefix, scratch[w]);
-    all = op(all, scratch[w]);
-  }
-  __syncthreads();  // scratch is reused by the next scan
-  int32_t exclusive = __shfl_up_sync(0xFFFFFFFFu, inclusive, 1);
-  if (lane == 0) exclusive = identity;
-  *total = all;
-  return op(prefix, exclusive);
+  return v;
 }
 
-// Builds the table in `storage` (group_table_bytes(G)); every thread of the CTA calls it, and it
-// ends with a barrier. Thread t owns groups [kPer*t, kPer*t + kPer).
+// Issued by the building warp well before build_group_table (as its tile loads go out), so that
+// the table's offs loads hit L1: lane l brings in the line of groups [32l, 32l + 32).
+__device__ __forceinline__ void prefetch_group_offs(const int32_t* offs, int G) {
+  const int lane = threadIdx.x & 31;
+  if (32 * lane < G) ptx::prefetch_global_l1(offs + 32 * lane);
+}
+
+// The table's arrays in `storage` (group_table_bytes(G)), for the threads that did not build it.
+__device__ __forceinline__ GroupTable group_table_view(const int32_t* storage, int G, int64_t M) {
+  return {storage, storage + G, storage + 2 * G + 1, G, M};
+}
+
+// Builds the table in `storage`; every lane of ONE warp calls it, with no CTA barrier, so the other
+// warps go on with their tiles (they read the table after the CTA's next __syncthreads). Passes of
+// 256 groups: lane l owns groups [8l, 8l + 8) of the pass (its loads all in flight at once); warp
+// scans give the ends (running max) and the two prefix sums, carried from pass to pass.
 __device__ __forceinline__ GroupTable build_group_table(const int32_t* offs, int G, int64_t M,
                                                         int32_t* storage) {
-  constexpr int kPer = 4;
+  constexpr int kPer = 8;
+  constexpr int kPass = 32 * kPer;
+  const int lane = threadIdx.x & 31;
   int32_t* end = storage;
   int32_t* row_atom = end + G;
   int32_t* col_base = row_atom + G + 1;
-  int32_t* scratch = col_base + G + 1;  // 8 words (one per warp of a 256-thread CTA)
-  const int g0 = kPer * threadIdx.x;
-  int32_t e[kPer];
-  int32_t run = 0;
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    if (g0 + i < G) run = max(run, sanitized_offset(offs[g0 + i], M));
-    e[i] = run;
-  }
-  int32_t unused;
-  const int32_t before = block_exclusive_scan(
-      run, [](int32_t a, int32_t b) { return max(a, b); }, 0, scratch, &unused);
-  int32_t rows = 0, cols = 0, prev = before;
-  int32_t my_rows[kPer], my_cols[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    const int32_t ei = max(e[i], before);
-    const int32_t n = ei - prev;
-    my_rows[i] = rows;
-    my_cols[i] = cols;
-    if (g0 + i < G) {
-      end[g0 + i] = ei;
-      rows += static_cast<int32_t>(ceil_div(n, kAtomRows));
-      cols += static_cast<int32_t>(round_up(n / kBlock, kAtomCols));
-    }
-    prev = ei;
-  }
+  const auto max_op = [](int32_t a, int32_t b) { return max(a, b); };
   const auto plus = [](int32_t a, int32_t b) { return a + b; };
-  int32_t rows_total, cols_total;
-  const int32_t rows_before = block_exclusive_scan(rows, plus, 0, scratch, &rows_total);
-  const int32_t cols_before = block_exclusive_scan(cols, plus, 0, scratch, &cols_total);
+  int32_t last_end = 0, rows_done = 0, cols_done = 0;  // carried from the earlier passes
+  for (int pass = 0; pass < G; pass += kPass) {
+    const int g0 = pass + kPer * lane;
+    int32_t e[kPer];
 #pragma unroll
-  for (int i = 0; i < kPer; ++i) {
-    if (g0 + i < G) {
-      row_atom[g0 + i] = rows_before + my_rows[i];
-      col_base[g0 + i] = cols_before + my_cols[i];
+    for (int i = 0; i < kPer; ++i) e[i] = g0 + i < G ? sanitized_offset(offs[g0 + i], M) : 0;
+    int32_t run = last_end;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) e[i] = run = max(run, e[i]);
+    const int32_t run_all = warp_inclusive_scan(run, max_op);
+    int32_t before = __shfl_up_sync(0xFFFFFFFFu, run_all, 1);  // the ends of the lanes before
+    if (lane == 0) before = last_end;
+    // This lane's ends, and the atom rows (M-groups) and padded columns (K-groups) they take.
+    int32_t rows = 0, cols = 0, prev = before;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int32_t ei = max(e[i], before);
+      if (g0 + i < G) {
+        end[g0 + i] = ei;
+        rows += static_cast<int32_t>(ceil_div(ei - prev, kAtomRows));
+        cols += static_cast<int32_t>(round_up((ei - prev) / kBlock, kAtomCols));
+      }
+      prev = ei;
     }
+    const int32_t rows_all = warp_inclusive_scan(rows, plus);
+    const int32_t cols_all = warp_inclusive_scan(cols, plus);
+    int32_t row_run = rows_done + rows_all - rows, col_run = cols_done + cols_all - cols;
+    prev = before;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      if (g0 + i < G) {
+        const int32_t ei = end[g0 + i];  // this lane's own write
+        row_atom[g0 + i] = row_run;
+        col_base[g0 + i] = col_run;
+        row_run += static_cast<int32_t>(ceil_div(ei - prev, kAtomRows));
+        col_run += static_cast<int32_t>(round_up((ei - prev) / kBlock, kAtomCols));
+        prev = ei;
+      }
+    }
+    last_end = __shfl_sync(0xFFFFFFFFu, run_all, 31);
+    rows_done += __shfl_sync(0xFFFFFFFFu, rows_all, 31);
+    cols_done += __shfl_sync(0xFFFFFFFFu, cols_all, 31);
   }
-  if (threadIdx.x == 0) {
-    row_atom[G] = rows_total;
-    col_base[G] = cols_total;
+  if (lane == 0) {
+    row_atom[G] = rows_done;
+    col_base[G] = cols_done;
   }
-  __syncthreads();
-  return {end, row_atom, col_base, G, M};
+  __syncwarp();
+  return group_table_view(storage, G, M);
 }
 
 // StatusBits describing offs, by one warp.

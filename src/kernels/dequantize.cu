@@ -70,17 +70,18 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
   __shared__ ChunkPlace chunk_place[kAtomCols];
   if constexpr (kGrouped) {
     constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
-    const GroupTable t =
-        build_group_table(p.offs, p.num_groups, kRowsAreTokens ? p.rows : p.cols, table_storage);
-    if (threadIdx.x < kAtomCols) {
-      chunk_place[threadIdx.x] = kRowsAreTokens
-                                     ? m_groups_place(t, r0, threadIdx.x, c0, p.cols / kBlock)
-                                     : k_groups_place(t, c0, threadIdx.x, r0, p.rows);
-    }
-    if (blockIdx.x == 0 && p.status != nullptr && threadIdx.x < 32) {
-      const int32_t bits = offs_status_warp(p.offs, p.num_groups,
-                                            kLayout == ScaleLayout::kMGroups ? p.rows : p.cols);
-      if (threadIdx.x == 0) *p.status = bits;
+    const int64_t tokens = kRowsAreTokens ? p.rows : p.cols;
+    const int warp = threadIdx.x / 32;
+    if (warp == 0) {  // the table (one warp), then the tile's chunk places
+      const GroupTable t = build_group_table(p.offs, p.num_groups, tokens, table_storage);
+      if (threadIdx.x < kAtomCols) {
+        chunk_place[threadIdx.x] = kRowsAreTokens
+                                       ? m_groups_place(t, r0, threadIdx.x, c0, p.cols / kBlock)
+                                       : k_groups_place(t, c0, threadIdx.x, r0, p.rows);
+      }
+    } else if (warp == 1 && blockIdx.x == 0 && p.status != nullptr) {
+      const int32_t bits = offs_status_warp(p.offs, p.num_groups, tokens);
+      if (threadIdx.x == 32) *p.status = bits;
     }
     __syncthreads();
   }

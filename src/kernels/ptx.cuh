@@ -34,6 +34,11 @@ __device__ __forceinline__ uint4 ld_global_nc_v4_if(const void* ptr, bool pred) 
   return v;
 }
 
+// prefetch (9.7.9.15): brings the line holding `ptr` into L1; nothing waits for it.
+__device__ __forceinline__ void prefetch_global_l1(const void* ptr) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
+}
+
 // st (9.7.9.10): 16- and 8-byte global stores.
 __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),

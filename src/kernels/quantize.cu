@@ -32,9 +32,10 @@
 //   byte 0, which is exactly the padding value of the blocked layout; only data stores past the
 //   edge are skipped.
 // - Grouped launches build a GroupTable (common.cuh) in every CTA: the two layouts need prefix
-//   sums over the groups, and a per-CTA block scan costs less than a second launch. The places of
-//   the tile's scale chunks are then planned once per CTA (scales.cuh plan_tile_places): computed
-//   by every storing thread they doubled the instructions of the grouped kernels (ncu, 32768x7168
+//   sums over the groups, and warp scans cost less than a second launch. Warp 0 builds it and
+//   plans the places of the tile's scale chunks (scales.cuh plan_tile_places) while the other warps
+//   go on with their rows; the barrier after the rowwise phase publishes both. Computed by every
+//   storing thread, the places doubled the instructions of the grouped kernels (ncu, 32768x7168
 //   G=8: 0.74 issued warps per scheduler cycle against 0.55 dense, DRAM at 49% against 82%).
 // - q_col is stored straight from registers as whole 32-byte sectors (neighbour lanes exchange
 //   half a block): no transposed staging tile, no extra barrier. This is what took fused from
@@ -89,7 +90,6 @@ static_assert(sizeof(SharedStorage) + group_table_bytes(kMaxGroups) <= kSmemLimi
 static_assert((sizeof(SharedStorage) + group_table_bytes(kMaxGroups)) * Config::kMinBlocksPerSm <=
                   227 * 1024,
               "4 CTAs must fit one SM");
-static_assert(Config::kThreads * 4 >= kMaxGroups, "build_group_table: 4 groups per thread");
 
 struct TileParams {
   const uint16_t* x;
@@ -188,7 +188,9 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
 // status word (zero-fill CTA 0). Shared by the 16-bit and the fp32 tile kernels.
 template <bool kRowwise, ColScales kCol>
 __device__ __forceinline__ void appended_cta(const TileParams& p, int32_t* table_storage) {
-  const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+  if (threadIdx.x < 32) build_group_table(p.offs, p.num_groups, p.M, table_storage);
+  __syncthreads();
+  const GroupTable t = group_table_view(table_storage, p.num_groups, p.M);
   zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
                   p.K, blockIdx.x - p.tiles, p.offs, p.status);
 }
@@ -233,11 +235,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     v[i] = chunk_in && row0 + i * kLoadStep < rows ? ptx::ld_global_nc_v4(x + i * kLoadStep * p.K)
                                                    : make_uint4(0, 0, 0, 0);
   }
-  __shared__ TilePlaces places;
-  if constexpr (kGrouped) {
-    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    plan_tile_places<kAtomCols>(places, t, m0, k0, p.K, kRowwise, kCol == ColScales::kKGroups);
-  }
+  if (kGrouped && warp == 0) prefetch_group_offs(p.offs, p.num_groups);
   const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
 #pragma unroll
   for (int i = 0; i < Config::kLoads; ++i) {
@@ -245,6 +243,13 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     smem.tile[row][chunk ^ load_key] = v[i];
   }
   __syncwarp();
+  // Grouped: warp 0 builds the group table and plans the tile's scale places (with its loads staged:
+  // their registers are free); the other warps go on, the barrier after rowwise publishes both.
+  __shared__ TilePlaces places;
+  if (kGrouped && warp == 0) {
+    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+    plan_tile_places<kAtomCols>(places, t, m0, k0, p.K, kRowwise, kCol == ColScales::kKGroups);
+  }
   // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block
   // b is row 16w + b/4, columns 32*(b%4)..
   if constexpr (kRowwise) {
@@ -377,17 +382,18 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
                ? ptx::ld_global_nc_v4(x + (m0 + row) * p.K + k0 + lane * C::kChunk)
                : make_uint4(0, 0, 0, 0);
   }
-  __shared__ TilePlaces places;
-  if constexpr (kGrouped) {
-    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    plan_tile_places<C::kChunks>(places, t, m0, k0, p.K, kRowwise, kCol == ColScales::kKGroups);
-  }
+  if (kGrouped && warp == 0) prefetch_group_offs(p.offs, p.num_groups);
 #pragma unroll
   for (int i = 0; i < C::kLoads; ++i) {
     const int row = warp * C::kLoads + i;
     tile[row][f32_chunk(row, lane)] = v[i];
   }
   __syncwarp();
+  __shared__ TilePlaces places;
+  if (kGrouped && warp == 0) {  // as in the 16-bit kernel
+    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
+    plan_tile_places<C::kChunks>(places, t, m0, k0, p.K, kRowwise, kCol == ColScales::kKGroups);
+  }
   // ---- rowwise ----
   if constexpr (kRowwise) {
     const int row = warp * C::kLoads + lane / 4;

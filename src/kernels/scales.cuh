@@ -75,9 +75,9 @@ __device__ __forceinline__ ChunkPlace k_groups_place(const GroupTable& t, int64_
 
 // The places of a grouped tile's kChunks row chunks (M-groups s_row) and scale columns (K-groups
 // s_col). Each is a binary search over the groups and some 64-bit arithmetic, so a CTA works them
-// out once — threads 0.. for the rows, 32.. for the columns — into shared memory, instead of every
-// storing thread doing so (which doubled the grouped kernels' instruction count). The caller's next
-// __syncthreads publishes them.
+// out once, by the warp that built the group table — lanes 0.. for the rows, 8.. for the columns —
+// into shared memory, instead of every storing thread doing so (which doubled the grouped kernels'
+// instruction count). The caller's next __syncthreads publishes them.
 struct TilePlaces {
   ChunkPlace row[kAtomCols];
   ChunkPlace col[kAtomCols];
@@ -86,10 +86,11 @@ template <int kChunks>
 __device__ __forceinline__ void plan_tile_places(TilePlaces& places, const GroupTable& t,
                                                  int64_t m0, int64_t k0, int64_t K, bool rows,
                                                  bool cols) {
-  const int tid = threadIdx.x;
-  if (rows && tid < kChunks) places.row[tid] = m_groups_place(t, m0, tid, k0, K / kBlock);
-  if (cols && tid >= 32 && tid < 32 + kChunks) {
-    places.col[tid - 32] = k_groups_place(t, m0, tid - 32, k0, K);
+  static_assert(kChunks <= 8, "lanes 0..7 plan the rows, 8..15 the columns");
+  const int lane = threadIdx.x % 32;
+  if (rows && lane < kChunks) places.row[lane] = m_groups_place(t, m0, lane, k0, K / kBlock);
+  if (cols && lane >= 8 && lane < 8 + kChunks) {
+    places.col[lane - 8] = k_groups_place(t, m0, lane - 8, k0, K);
   }
 }
 

@@ -19,7 +19,6 @@ struct SwizzleConfig {
   static constexpr int kThreads = 256;
   static constexpr int kAtomsPerCta = kThreads / 32;
   static_assert(kAtomRows == 4 * 32 && kAtomCols == 4, "a lane moves 4 rows of 4 scale bytes");
-  static_assert(kThreads * 4 >= kMaxGroups, "build_group_table: 4 groups per thread");
 };
 
 struct SwizzleKernelParams {
@@ -68,8 +67,10 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     swizzle_kgroups_kernel(const SwizzleKernelParams p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* atom_staging = smem_raw;  // one 512-byte atom
-  const GroupTable t = build_group_table(p.offs, p.num_groups, p.M,
-                                         reinterpret_cast<int32_t*>(smem_raw + kAtomBytes));
+  auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + kAtomBytes);
+  if (threadIdx.x < 32) build_group_table(p.offs, p.num_groups, p.M, table_storage);
+  __syncthreads();
+  const GroupTable t = group_table_view(table_storage, p.num_groups, p.M);
   if (blockIdx.x >= p.atom_ctas) {
     zero_fill_slack(t, nullptr, p.s_col, p.K, blockIdx.x - p.atom_ctas, p.offs, p.status);
     return;
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     for (int c = threadIdx.x / kAtomRows; c < kAtomCols; c += blockDim.x / kAtomRows) {
       atom_staging[atom_offset<unsigned>(k, c)] = plain_scale(p, k0 + k, m0 / kBlock + c);
     }
-    plan_tile_places<kAtomCols>(places, t, m0, k0, p.K, false, true);
+    if (threadIdx.x < 32) plan_tile_places<kAtomCols>(places, t, m0, k0, p.K, false, true);
     __syncthreads();
     // ---- place ----
     store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, places, false);
