@@ -128,52 +128,32 @@ __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&
   if (second) ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
 }
 
-// ---- grouped mode: the group table ----
+// ---- grouped mode: the groups' segments ----
 //
-// NOTES: offs lives on the device, so it is checked there. Every CTA of a grouped launch builds a
-// GroupTable in shared memory from it: each end clamped to [0, M] and rounded down to a multiple
-// of kGroupAlign, groups taken as the running maximum of those ends. A malformed offs therefore
-// still describes ordered, in-bounds, aligned groups that partition [0, M) with the tail — nothing
-// can be written outside the outputs — and the status word reports what was wrong. Then the two
-// prefix sums the layouts need: each M-groups segment's first blocked atom-row, each K-group's
-// first padded scale column.
+// NOTES: offs lives on the device, so it is checked there. Each end is clamped to [0, M] and
+// rounded down to a multiple of kGroupAlign, and groups are taken as the running maximum of those
+// ends. A malformed offs therefore still describes ordered, in-bounds, aligned groups that
+// partition [0, M) with the tail — nothing can be written outside the outputs — and the status
+// word reports what was wrong. The layouts then need two prefix sums over the groups: each M-groups
+// segment's first blocked atom-row, each K-group's first padded scale column.
+//
+// A CTA needs them only for the few segments its tile's 32-row chunks fall in, so one warp scans
+// offs (scan_groups: warp-wide prefix max and sums, no table, no CTA barrier) and hands each chunk
+// its segment as it passes; the scan costs a CTA a few hundred cycles of one warp at G = 256, while
+// the other warps go on with their tiles.
 
 __device__ __forceinline__ int32_t sanitized_offset(int32_t v, int64_t M) {
   const int64_t clamped = v < 0 ? 0 : (v > M ? M : v);
   return static_cast<int32_t>(clamped - clamped % kGroupAlign);
 }
 
-// The shared-memory arrays of a GroupTable for G groups (G + 1 segments).
-__host__ __device__ constexpr int group_table_bytes(int G) {
-  return static_cast<int>(round_up(int64_t(3) * G + 2, 4)) * 4;
-}
-
-struct GroupTable {
-  const int32_t* end;       // [G]: sanitized end row of group g
-  const int32_t* row_atom;  // [G+1]: M-groups: first blocked atom-row of segment h (h = G: tail)
-  const int32_t* col_base;  // [G+1]: K-groups: first padded scale column of group g (g = G: slack)
-  int G;
-  int64_t M;
-
-  __device__ __forceinline__ int64_t begin(int h) const { return h == 0 ? 0 : end[h - 1]; }
-  __device__ __forceinline__ int64_t finish(int h) const { return h == G ? M : end[h]; }
-  // The segment holding row m: the first group whose end lies past m, or G (the tail).
-  __device__ __forceinline__ int segment_of(int64_t m) const {
-    int lo = 0, hi = G;
-    while (lo < hi) {
-      const int mid = (lo + hi) / 2;
-      if (end[mid] > m) {
-        hi = mid;
-      } else {
-        lo = mid + 1;
-      }
-    }
-    return lo;
-  }
-  // The first blocked row past the last segment: every s_row byte from there on is slack.
-  __device__ __forceinline__ int64_t rows_used() const {
-    return (int64_t(row_atom[G]) + ceil_div(M - begin(G), kAtomRows)) * kAtomRows;
-  }
+// One group's rows [begin, end), or the tail's (the rows after the last group, to M), and where
+// its scales start: its first blocked atom-row (M-groups) and first padded scale column (K-groups;
+// for the tail, where the slack starts).
+struct Segment {
+  int64_t begin, end;
+  int32_t row_atom, col_base;
+  bool tail;
 };
 
 // Inclusive scan of one int32 per lane over a warp (every lane calls it).
@@ -188,32 +168,29 @@ __device__ __forceinline__ int32_t warp_inclusive_scan(int32_t v, Op op) {
   return v;
 }
 
-// Issued by the building warp well before build_group_table (as its tile loads go out), so that
-// the table's offs loads hit L1: lane l brings in the line of groups [32l, 32l + 32).
+// Issued by the scanning warp well before scan_groups (as its tile loads go out), so that the
+// scan's offs loads hit L1: lane l brings in the line of groups [32l, 32l + 32).
 __device__ __forceinline__ void prefetch_group_offs(const int32_t* offs, int G) {
   const int lane = threadIdx.x & 31;
   if (32 * lane < G) ptx::prefetch_global_l1(offs + 32 * lane);
 }
 
-// The table's arrays in `storage` (group_table_bytes(G)), for the threads that did not build it.
-__device__ __forceinline__ GroupTable group_table_view(const int32_t* storage, int G, int64_t M) {
-  return {storage, storage + G, storage + 2 * G + 1, G, M};
-}
-
-// Builds the table in `storage`; every lane of ONE warp calls it, with no CTA barrier, so the other
-// warps go on with their tiles (they read the table after the CTA's next __syncthreads). Passes of
-// 256 groups: lane l owns groups [8l, 8l + 8) of the pass (its loads all in flight at once); warp
-// scans give the ends (running max) and the two prefix sums, carried from pass to pass.
-__device__ __forceinline__ GroupTable build_group_table(const int32_t* offs, int G, int64_t M,
-                                                        int32_t* storage) {
+// Every lane of one warp calls it. Passes of 256 groups: lane l owns groups [8l, 8l + 8) of the
+// pass (its loads all in flight at once); warp scans give the ends (running max) and the two
+// prefix sums, carried from pass to pass. visit(segment) runs on the owning lane for every group,
+// then on lane 0 for the tail. Returns the tail segment (its row_atom and col_base: the totals).
+template <typename Visit>
+__device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64_t M,
+                                               Visit&& visit) {
   constexpr int kPer = 8;
   constexpr int kPass = 32 * kPer;
   const int lane = threadIdx.x & 31;
-  int32_t* end = storage;
-  int32_t* row_atom = end + G;
-  int32_t* col_base = row_atom + G + 1;
   const auto max_op = [](int32_t a, int32_t b) { return max(a, b); };
   const auto plus = [](int32_t a, int32_t b) { return a + b; };
+  const auto atom_rows = [](int32_t n) { return static_cast<int32_t>(ceil_div(n, kAtomRows)); };
+  const auto padded_cols = [](int32_t n) {
+    return static_cast<int32_t>(round_up(n / kBlock, kAtomCols));
+  };
   int32_t last_end = 0, rows_done = 0, cols_done = 0;  // carried from the earlier passes
   for (int pass = 0; pass < G; pass += kPass) {
     const int g0 = pass + kPer * lane;
@@ -226,43 +203,53 @@ __device__ __forceinline__ GroupTable build_group_table(const int32_t* offs, int
     const int32_t run_all = warp_inclusive_scan(run, max_op);
     int32_t before = __shfl_up_sync(0xFFFFFFFFu, run_all, 1);  // the ends of the lanes before
     if (lane == 0) before = last_end;
-    // This lane's ends, and the atom rows (M-groups) and padded columns (K-groups) they take.
     int32_t rows = 0, cols = 0, prev = before;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      const int32_t ei = max(e[i], before);
+      e[i] = max(e[i], before);
       if (g0 + i < G) {
-        end[g0 + i] = ei;
-        rows += static_cast<int32_t>(ceil_div(ei - prev, kAtomRows));
-        cols += static_cast<int32_t>(round_up((ei - prev) / kBlock, kAtomCols));
+        rows += atom_rows(e[i] - prev);
+        cols += padded_cols(e[i] - prev);
       }
-      prev = ei;
+      prev = e[i];
     }
     const int32_t rows_all = warp_inclusive_scan(rows, plus);
     const int32_t cols_all = warp_inclusive_scan(cols, plus);
-    int32_t row_run = rows_done + rows_all - rows, col_run = cols_done + cols_all - cols;
-    prev = before;
+    Segment seg{before, before, rows_done + rows_all - rows, cols_done + cols_all - cols, false};
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       if (g0 + i < G) {
-        const int32_t ei = end[g0 + i];  // this lane's own write
-        row_atom[g0 + i] = row_run;
-        col_base[g0 + i] = col_run;
-        row_run += static_cast<int32_t>(ceil_div(ei - prev, kAtomRows));
-        col_run += static_cast<int32_t>(round_up((ei - prev) / kBlock, kAtomCols));
-        prev = ei;
+        seg.end = e[i];
+        visit(static_cast<const Segment&>(seg));
+        seg.row_atom += atom_rows(e[i] - static_cast<int32_t>(seg.begin));
+        seg.col_base += padded_cols(e[i] - static_cast<int32_t>(seg.begin));
+        seg.begin = e[i];
       }
     }
     last_end = __shfl_sync(0xFFFFFFFFu, run_all, 31);
     rows_done += __shfl_sync(0xFFFFFFFFu, rows_all, 31);
     cols_done += __shfl_sync(0xFFFFFFFFu, cols_all, 31);
   }
-  if (lane == 0) {
-    row_atom[G] = rows_done;
-    col_base[G] = cols_done;
-  }
+  const Segment tail{last_end, M, rows_done, cols_done, true};
+  if (lane == 0) visit(tail);
+  return tail;
+}
+
+// The segment holding each of the kChunks 32-row chunks [m0 + 32c, m0 + 32c + 32) that lie below M,
+// into segment[c] (shared memory; a chunk lies in exactly one segment). One warp calls it; the
+// segments are the warp's to read when it returns.
+template <int kChunks>
+__device__ __forceinline__ void locate_chunks(const int32_t* offs, int G, int64_t M, int64_t m0,
+                                              Segment* segment) {
+  scan_groups(offs, G, M, [&](const Segment& s) {
+    if (s.end <= m0 || s.begin >= m0 + kChunks * kBlock) return;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int64_t m = m0 + int64_t(c) * kBlock;
+      if (s.begin <= m && m < s.end) segment[c] = s;
+    }
+  });
   __syncwarp();
-  return group_table_view(storage, G, M);
 }
 
 // StatusBits describing offs, by one warp.
@@ -299,25 +286,29 @@ __device__ __forceinline__ void zero_range(uint8_t* p, int64_t begin, int64_t en
   }
 }
 
-// Zero-fill CTA z (0-based among them): s_row / s_col null when that axis is not written.
-__device__ __forceinline__ void zero_fill_slack(const GroupTable& t, uint8_t* s_row, uint8_t* s_col,
-                                                int64_t K, int64_t z, const int32_t* offs,
-                                                int32_t* status) {
+// Zero-fill CTA z (0-based among them): s_row / s_col null when that axis is not written. Every
+// warp scans offs for the totals itself (no barrier).
+__device__ __forceinline__ void zero_fill_slack(const int32_t* offs, int G, int64_t M,
+                                                uint8_t* s_row, uint8_t* s_col, int64_t K,
+                                                int64_t z, int32_t* status) {
+  const Segment tail = scan_groups(offs, G, M, [](const Segment&) {});
   if (z == 0 && status != nullptr && threadIdx.x < 32) {
-    const int32_t bits = offs_status_warp(offs, t.G, t.M);
+    const int32_t bits = offs_status_warp(offs, G, M);
     if (threadIdx.x == 0) *status = bits;
   }
-  const int64_t col_ctas = s_col != nullptr ? zero_fill_col_ctas(t.M, K, t.G) : 0;
+  const int64_t col_ctas = s_col != nullptr ? zero_fill_col_ctas(M, K, G) : 0;
   if (z < col_ctas) {
-    const int64_t total = s_col_shape(t.M, K, t.G).bytes();
-    const int64_t slack = int64_t(t.col_base[t.G]) * round_up(K, kAtomRows);
+    const int64_t total = s_col_shape(M, K, G).bytes();
+    const int64_t slack = int64_t(tail.col_base) * round_up(K, kAtomRows);
     zero_range(s_col, max(slack, z * kZeroChunk), min(total, (z + 1) * kZeroChunk));
   } else if (s_row != nullptr) {
     const int64_t cols = round_up(K / kBlock, kAtomCols);
-    const int64_t region = round_up(t.M, kAtomRows) * cols;  // the last 128*G rows
-    const int64_t total = s_row_shape(t.M, K, t.G).bytes();
+    const int64_t region = round_up(M, kAtomRows) * cols;  // the last 128*G rows
+    const int64_t total = s_row_shape(M, K, G).bytes();
     const int64_t chunk = region + (z - col_ctas) * kZeroChunk;
-    zero_range(s_row, max(t.rows_used() * cols, chunk), min(total, chunk + kZeroChunk));
+    // The first blocked row past the tail segment: every s_row byte from there on is slack.
+    const int64_t rows_used = (tail.row_atom + ceil_div(M - tail.begin, kAtomRows)) * kAtomRows;
+    zero_range(s_row, max(rows_used * cols, chunk), min(total, chunk + kZeroChunk));
   }
 }
 

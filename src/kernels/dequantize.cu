@@ -8,7 +8,8 @@
 // loads four 16-byte chunks (16 elements, half a block) and their scales, then converts each into
 // 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
 // dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's. K-groups
-// tiles look up each 32-token chunk's atom and slot once (scales.cuh k_groups_place).
+// tiles look up each 32-token chunk's atom and slot once, from one warp's scan of offs (common.cuh
+// locate_chunks).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -61,7 +62,6 @@ template <ScaleLayout kLayout>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_kernel(const DequantKernelParams p) {
   constexpr bool kGrouped = kLayout != ScaleLayout::kBlocked;
-  extern __shared__ __align__(16) int32_t table_storage[];
   const int64_t col_tiles = ceil_div(p.cols, kTile);
   const int64_t r0 = blockIdx.x / col_tiles * kTile;
   const int64_t c0 = blockIdx.x % col_tiles * kTile;
@@ -72,12 +72,16 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
     const int64_t tokens = kRowsAreTokens ? p.rows : p.cols;
     const int warp = threadIdx.x / 32;
-    if (warp == 0) {  // the table (one warp), then the tile's chunk places
-      const GroupTable t = build_group_table(p.offs, p.num_groups, tokens, table_storage);
-      if (threadIdx.x < kAtomCols) {
-        chunk_place[threadIdx.x] = kRowsAreTokens
-                                       ? m_groups_place(t, r0, threadIdx.x, c0, p.cols / kBlock)
-                                       : k_groups_place(t, c0, threadIdx.x, r0, p.rows);
+    if (warp == 0) {  // the tile's chunk places, from one warp's scan of offs
+      __shared__ Segment segment[kAtomCols];
+      const int64_t t0 = kRowsAreTokens ? r0 : c0;  // the tile's first token
+      locate_chunks<kAtomCols>(p.offs, p.num_groups, tokens, t0, segment);
+      const int c = threadIdx.x;
+      const int64_t m = t0 + c * kBlock;
+      if (c < kAtomCols) {
+        chunk_place[c] = m >= tokens      ? kNotPlaced
+                         : kRowsAreTokens ? m_groups_place(segment[c], m, c0, p.cols / kBlock)
+                                          : k_groups_place(segment[c], m, r0, p.rows);
       }
     } else if (warp == 1 && blockIdx.x == 0 && p.status != nullptr) {
       const int32_t bits = offs_status_warp(p.offs, p.num_groups, tokens);
@@ -140,18 +144,15 @@ void launch_dequantize(const DequantizeParams& p) {
   const int64_t grid = ceil_div(p.rows, kTile) * ceil_div(p.cols, kTile);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   const auto ctas = static_cast<unsigned>(grid);
-  const int table = group_table_bytes(k.num_groups);
   switch (p.layout) {
     case ScaleLayout::kBlocked:
       dequantize_kernel<ScaleLayout::kBlocked><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
       break;
     case ScaleLayout::kMGroups:
-      dequantize_kernel<ScaleLayout::kMGroups>
-          <<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
+      dequantize_kernel<ScaleLayout::kMGroups><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
       break;
     case ScaleLayout::kKGroups:
-      dequantize_kernel<ScaleLayout::kKGroups>
-          <<<ctas, DequantConfig::kThreads, table, p.stream>>>(k);
+      dequantize_kernel<ScaleLayout::kKGroups><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
       break;
   }
   MXQ_CHECK_CUDA(cudaGetLastError());

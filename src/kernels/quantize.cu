@@ -31,17 +31,17 @@
 // - Padding is computed, not special-cased: the zeros staged past the edge of x quantize to scale
 //   byte 0, which is exactly the padding value of the blocked layout; only data stores past the
 //   edge are skipped.
-// - Grouped launches build a GroupTable (common.cuh) in every CTA: the two layouts need prefix
-//   sums over the groups, and warp scans cost less than a second launch. Warp 0 builds it and
-//   plans the places of the tile's scale chunks (scales.cuh plan_tile_places) while the other warps
-//   go on with their rows; the barrier after the rowwise phase publishes both. Computed by every
-//   storing thread, the places doubled the instructions of the grouped kernels (ncu, 32768x7168
-//   G=8: 0.74 issued warps per scheduler cycle against 0.55 dense, DRAM at 49% against 82%).
+// - Grouped launches: the two layouts need prefix sums over the groups. In every CTA, warp 0 scans
+//   offs (common.cuh scan_groups: warp scans, no table, no CTA barrier; cheaper than a second
+//   launch) and plans the places of the tile's scale chunks (scales.cuh plan_tile_places) while
+//   the other warps go on with their rows; the barrier after the rowwise phase publishes them.
+//   docs/performance.md has what the earlier forms cost (every storing thread searching a shared
+//   table; a table built by the whole CTA with 7 barriers).
 // - q_col is stored straight from registers as whole 32-byte sectors (neighbour lanes exchange
 //   half a block): no transposed staging tile, no extra barrier. This is what took fused from
 //   76-82% to 85-89% of the copy roof on the H200.
-// - Shared memory stays under the 48 KB that needs no opt-in attribute (33.8 KB, plus the group
-//   table in grouped mode), so launches set no function attribute (a driver call per launch).
+// - Shared memory stays under the 48 KB that needs no opt-in attribute (33.8 KB), so launches set
+//   no function attribute (a driver call per launch).
 // - The variants tried and rejected, with their measurements, are in docs/performance.md.
 #include <cuda_runtime.h>
 
@@ -82,13 +82,10 @@ struct alignas(16) SharedStorage {
   alignas(16) uint4 tile[kTile][kTile / 8];  // 16-bit tile, [row][16-byte chunk ^ tile_key()]
   alignas(16) uint8_t row_atom[kAtomBytes];  // s_row atom of this tile
   alignas(16) uint8_t col_atom[kAtomBytes];  // s_col atom (blocked layouts) or [k][block] (plain)
-  // Grouped launches append the GroupTable arrays (group_table_bytes(G)) after this struct.
 };
 constexpr int kSmemLimit = 48 * 1024;  // what a launch may use without an opt-in attribute
-static_assert(sizeof(SharedStorage) + group_table_bytes(kMaxGroups) <= kSmemLimit,
-              "the tile and the largest group table must fit 48 KB");
-static_assert((sizeof(SharedStorage) + group_table_bytes(kMaxGroups)) * Config::kMinBlocksPerSm <=
-                  227 * 1024,
+static_assert(sizeof(SharedStorage) <= kSmemLimit, "the tile must fit 48 KB");
+static_assert(sizeof(SharedStorage) * Config::kMinBlocksPerSm <= 227 * 1024,
               "4 CTAs must fit one SM");
 
 struct TileParams {
@@ -187,12 +184,10 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
 // A CTA appended to a grouped launch (past p.tiles): zero fill of the grouped scales' slack, and the
 // status word (zero-fill CTA 0). Shared by the 16-bit and the fp32 tile kernels.
 template <bool kRowwise, ColScales kCol>
-__device__ __forceinline__ void appended_cta(const TileParams& p, int32_t* table_storage) {
-  if (threadIdx.x < 32) build_group_table(p.offs, p.num_groups, p.M, table_storage);
-  __syncthreads();
-  const GroupTable t = group_table_view(table_storage, p.num_groups, p.M);
-  zero_fill_slack(t, kRowwise ? p.s_row : nullptr, kCol == ColScales::kKGroups ? p.s_col : nullptr,
-                  p.K, blockIdx.x - p.tiles, p.offs, p.status);
+__device__ __forceinline__ void appended_cta(const TileParams& p) {
+  zero_fill_slack(p.offs, p.num_groups, p.M, kRowwise ? p.s_row : nullptr,
+                  kCol == ColScales::kKGroups ? p.s_col : nullptr, p.K, blockIdx.x - p.tiles,
+                  p.status);
 }
 
 // kGrouped: offs given (s_row in the M-groups layout, s_col in the K-groups layout when kCol says
@@ -203,10 +198,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   constexpr bool kColwise = kCol != ColScales::kNone;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + sizeof(SharedStorage));
 
   if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
-    appended_cta<kRowwise, kCol>(p, table_storage);
+    appended_cta<kRowwise, kCol>(p);
     return;
   }
   const int warp = threadIdx.x / 32;
@@ -243,12 +237,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     smem.tile[row][chunk ^ load_key] = v[i];
   }
   __syncwarp();
-  // Grouped: warp 0 builds the group table and plans the tile's scale places (with its loads staged:
-  // their registers are free); the other warps go on, the barrier after rowwise publishes both.
+  // Grouped: warp 0 plans the tile's scale places (now that its loads are staged, their registers
+  // are free); the other warps go on, the barrier after rowwise publishes the places.
   __shared__ TilePlaces places;
   if (kGrouped && warp == 0) {
-    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    plan_tile_places<kAtomCols>(places, t, m0, k0, p.K, kRowwise, kCol == ColScales::kKGroups);
+    plan_tile_places<kAtomCols>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
+                                kCol == ColScales::kKGroups);
   }
   // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block
   // b is row 16w + b/4, columns 32*(b%4)..
@@ -356,10 +350,9 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
-  auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + sizeof(SharedStorage));
 
   if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
-    appended_cta<kRowwise, kCol>(p, table_storage);
+    appended_cta<kRowwise, kCol>(p);
     return;
   }
   const int warp = threadIdx.x / 32;
@@ -391,8 +384,8 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
   __syncwarp();
   __shared__ TilePlaces places;
   if (kGrouped && warp == 0) {  // as in the 16-bit kernel
-    const GroupTable t = build_group_table(p.offs, p.num_groups, p.M, table_storage);
-    plan_tile_places<C::kChunks>(places, t, m0, k0, p.K, kRowwise, kCol == ColScales::kKGroups);
+    plan_tile_places<C::kChunks>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
+                                 kCol == ColScales::kKGroups);
   }
   // ---- rowwise ----
   if constexpr (kRowwise) {
@@ -461,8 +454,7 @@ int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
 
 template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
 void launch_variant(const TileParams& params, cudaStream_t stream) {
-  const int smem_bytes = static_cast<int>(sizeof(SharedStorage)) +
-                         (kGrouped ? group_table_bytes(params.num_groups) : 0);
+  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorage));
   const int64_t grid = params.tiles + (kGrouped ? appended_ctas(params, kRowwise, kCol) : 0);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   if (grid == 0) return;

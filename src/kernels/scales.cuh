@@ -39,59 +39,52 @@ struct ChunkPlace {
 };
 constexpr ChunkPlace kNotPlaced{0, -1, false};
 
-// M-groups (rowwise scales): chunk c = rows [m0 + 32c, m0 + 32c + 32), scale columns of k-tile k0.
-__device__ __forceinline__ ChunkPlace m_groups_place(const GroupTable& t, int64_t m0, int c,
-                                                     int64_t k0, int64_t scale_cols) {
-  ChunkPlace place = kNotPlaced;
-  const int64_t m = m0 + int64_t(c) * kBlock;
-  if (m >= t.M) return place;
-  const int h = t.segment_of(m);
-  const int64_t row = int64_t(t.row_atom[h]) * kAtomRows + (m - t.begin(h));  // blocked row
-  place.atom = (row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) + k0 / kAtomRows) *
-               kAtomBytes;
-  place.slot = static_cast<int>(row % kAtomRows / kBlock);
-  place.pads = m + kBlock == t.finish(h);
-  return place;
+// M-groups (rowwise scales): the 32-row chunk at row m of segment s, scale columns of k-tile k0.
+__device__ __forceinline__ ChunkPlace m_groups_place(const Segment& s, int64_t m, int64_t k0,
+                                                     int64_t scale_cols) {
+  const int64_t row = int64_t(s.row_atom) * kAtomRows + (m - s.begin);  // blocked row
+  return {(row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) + k0 / kAtomRows) *
+              kAtomBytes,
+          static_cast<int>(row % kAtomRows / kBlock), m + kBlock == s.end};
 }
 
-// K-groups (colwise scales): chunk c = scale column m0/32 + c, scale rows [k0, k0 + 128); the
-// uncovered tail is not placed.
-__device__ __forceinline__ ChunkPlace k_groups_place(const GroupTable& t, int64_t m0, int c,
-                                                     int64_t k0, int64_t K) {
-  ChunkPlace place = kNotPlaced;
-  const int64_t m = m0 + int64_t(c) * kBlock;
-  if (m >= t.M) return place;
-  const int h = t.segment_of(m);
-  if (h == t.G) return place;
-  const int64_t col = (m - t.begin(h)) / kBlock;  // within the group
-  const int64_t cols = (t.finish(h) - t.begin(h)) / kBlock;
-  const int64_t base = int64_t(t.col_base[h]) * round_up(K, kAtomRows);
-  place.atom = base + (k0 / kAtomRows * (round_up(cols, kAtomCols) / kAtomCols) + col / kAtomCols) *
-                          kAtomBytes;
-  place.slot = static_cast<int>(col % kAtomCols);
-  place.pads = m + kBlock == t.finish(h);
-  return place;
+// K-groups (colwise scales): the scale column of the 32 tokens at m in segment s, scale rows
+// [k0, k0 + 128); the tail is not placed.
+__device__ __forceinline__ ChunkPlace k_groups_place(const Segment& s, int64_t m, int64_t k0,
+                                                     int64_t K) {
+  if (s.tail) return kNotPlaced;
+  const int64_t col = (m - s.begin) / kBlock;  // within the group
+  const int64_t cols = (s.end - s.begin) / kBlock;
+  const int64_t base = int64_t(s.col_base) * round_up(K, kAtomRows);
+  return {base + (k0 / kAtomRows * (round_up(cols, kAtomCols) / kAtomCols) + col / kAtomCols) *
+                     kAtomBytes,
+          static_cast<int>(col % kAtomCols), m + kBlock == s.end};
 }
 
 // The places of a grouped tile's kChunks row chunks (M-groups s_row) and scale columns (K-groups
-// s_col). Each is a binary search over the groups and some 64-bit arithmetic, so a CTA works them
-// out once, by the warp that built the group table — lanes 0.. for the rows, 8.. for the columns —
-// into shared memory, instead of every storing thread doing so (which doubled the grouped kernels'
-// instruction count). The caller's next __syncthreads publishes them.
+// s_col), worked out once per CTA by one warp (every lane calls it) from its scan of offs, into
+// shared memory — computed by every storing thread they doubled the grouped kernels' instruction
+// count. The caller's next __syncthreads publishes them.
 struct TilePlaces {
   ChunkPlace row[kAtomCols];
   ChunkPlace col[kAtomCols];
+  Segment segment[kAtomCols];  // the planning's own: the segment of each chunk
 };
 template <int kChunks>
-__device__ __forceinline__ void plan_tile_places(TilePlaces& places, const GroupTable& t,
-                                                 int64_t m0, int64_t k0, int64_t K, bool rows,
-                                                 bool cols) {
-  static_assert(kChunks <= 8, "lanes 0..7 plan the rows, 8..15 the columns");
-  const int lane = threadIdx.x % 32;
-  if (rows && lane < kChunks) places.row[lane] = m_groups_place(t, m0, lane, k0, K / kBlock);
-  if (cols && lane >= 8 && lane < 8 + kChunks) {
-    places.col[lane - 8] = k_groups_place(t, m0, lane - 8, k0, K);
+__device__ __forceinline__ void plan_tile_places(TilePlaces& places, const int32_t* offs, int G,
+                                                 int64_t M, int64_t m0, int64_t k0, int64_t K,
+                                                 bool rows, bool cols) {
+  locate_chunks<kChunks>(offs, G, M, m0, places.segment);
+  const int c = threadIdx.x % 32;
+  if (c >= kChunks) return;
+  const int64_t m = m0 + c * kBlock;
+  if (m >= M) {
+    places.row[c] = places.col[c] = kNotPlaced;
+    return;
   }
+  const Segment s = places.segment[c];
+  if (rows) places.row[c] = m_groups_place(s, m, k0, K / kBlock);
+  if (cols) places.col[c] = k_groups_place(s, m, k0, K);
 }
 
 // The dense blocked layouts per chunk (the tiles of fp32 input hold 64 rows: half an atom).

@@ -67,16 +67,21 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     swizzle_kgroups_kernel(const SwizzleKernelParams p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* atom_staging = smem_raw;  // one 512-byte atom
-  auto* table_storage = reinterpret_cast<int32_t*>(smem_raw + kAtomBytes);
-  if (threadIdx.x < 32) build_group_table(p.offs, p.num_groups, p.M, table_storage);
-  __syncthreads();
-  const GroupTable t = group_table_view(table_storage, p.num_groups, p.M);
   if (blockIdx.x >= p.atom_ctas) {
-    zero_fill_slack(t, nullptr, p.s_col, p.K, blockIdx.x - p.atom_ctas, p.offs, p.status);
+    zero_fill_slack(p.offs, p.num_groups, p.M, nullptr, p.s_col, p.K, blockIdx.x - p.atom_ctas,
+                    p.status);
     return;
   }
+  // Warp w plans the places of the CTA's atom w.
+  __shared__ TilePlaces places[SwizzleConfig::kAtomsPerCta];
+  const int warp = threadIdx.x / 32;
+  const int64_t own = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + warp;
+  if (own < p.atoms) {
+    int64_t k0, m0;
+    atom_corner(p, own, &k0, &m0);
+    plan_tile_places<kAtomCols>(places[warp], p.offs, p.num_groups, p.M, m0, k0, p.K, false, true);
+  }
   const ScaleOut out{nullptr, p.s_col, p.M, p.K};
-  __shared__ TilePlaces places;
   for (int u = 0; u < SwizzleConfig::kAtomsPerCta; ++u) {
     const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + u;
     if (a >= p.atoms) break;
@@ -87,10 +92,9 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     for (int c = threadIdx.x / kAtomRows; c < kAtomCols; c += blockDim.x / kAtomRows) {
       atom_staging[atom_offset<unsigned>(k, c)] = plain_scale(p, k0 + k, m0 / kBlock + c);
     }
-    if (threadIdx.x < 32) plan_tile_places<kAtomCols>(places, t, m0, k0, p.K, false, true);
     __syncthreads();
     // ---- place ----
-    store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, places, false);
+    store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, places[u], false);
     __syncthreads();  // the staging is reused
   }
 }
@@ -115,7 +119,7 @@ void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams&
     const int64_t grid =
         k.atom_ctas + std::max<int64_t>(1, zero_fill_col_ctas(p.M, p.K, p.num_groups));
     MXQ_CHECK(grid <= 0x7FFFFFFF, "too many scale atoms for one launch: ", grid);
-    const int smem = kAtomBytes + group_table_bytes(k.num_groups);
+    const int smem = kAtomBytes;
     swizzle_kgroups_kernel<<<static_cast<unsigned>(grid), SwizzleConfig::kThreads, smem,
                              p.stream>>>(k);
   }
