@@ -1,7 +1,8 @@
 // Every quantize path on the device, byte-exact against the CPU reference (issues 3 and 4):
 //   GpuOps       dense: each path x small/medium shapes x every input family x both rounding rules
 //   GpuGrouped   every path with offs (32-aligned groups; rowwise only with the M-groups s_row,
-//                colwise only with the K-groups s_col, fused, composed): G = 1, 4, 8, 64, empty
+//                colwise only with the K-groups s_col, fused, composed): G = 1, 4, 8, 64, 300,
+//                1024 (the kernels scan offs in passes of 256 groups), empty
 //                groups, a tail, full cover, all tail; the status word written 0, both grouped
 //                scale layouts also against their torchao-style rearrangements
 //   GpuTargeted  constructed inputs: RCEIL cutoff neighbours, scale boundaries, scale byte 0,
@@ -95,7 +96,7 @@ INSTANTIATE_TEST_SUITE_P(
     Offs, GpuGrouped,
     ::testing::Combine(::testing::ValuesIn(kAllPaths),
                        ::testing::Values(Shape{1056, 224}, Shape{1024, 384}, Shape{8192, 256}),
-                       ::testing::Values(1, 4, 8, 64),
+                       ::testing::Values(1, 4, 8, 64, 300, kMaxGroups),
                        ::testing::Values(GroupFill::kTail, GroupFill::kFull, GroupFill::kEmpty),
                        ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
     grouped_name);
