@@ -162,6 +162,15 @@ const char* version();
 // ---- limits (validated; docs/numerics.md §9): M, K multiples of kDimAlign (layout.h) ----
 constexpr int64_t kMaxDim = 2147483647;
 
+// ---- benchmarking only (`mxq bench`); not for training code ----
+namespace bench {
+// The fused kernel's data-movement probe: the same loads, shared-memory staging and reads, and
+// stores of all four outputs as quantize(p), with a stand-in for the math (each e4m3 byte is the
+// high byte of its element, every scale byte 127): the design's own ceiling. Its outputs are not
+// MXFP8. Dense bf16 with both axes only; p.rounding is ignored.
+void quantize_probe(const QuantizeParams& p);
+}  // namespace bench
+
 namespace ref {
 // The bit-exact CPU reference: same params, host pointers, stream ignored. Multithreaded.
 void quantize(const QuantizeParams& p);

@@ -79,6 +79,21 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
   });
 }
 
+void bench::quantize_probe(const QuantizeParams& p) {
+  detail::with_op("mxq::bench::quantize_probe", [&] {
+    detail::validate(p);
+    if (detail::nothing_to_write(p)) return;
+    MXQ_CHECK(p.rowwise() && p.colwise(),
+              "the probe moves the fused kernel's bytes: set q_row, s_row, q_col and s_col");
+    MXQ_CHECK(p.offs == nullptr, "the probe is dense only: offs must be null");
+    MXQ_CHECK(p.dtype == DType::kBFloat16,
+              "the probe reads bf16 only (DType::kBFloat16), got dtype ",
+              static_cast<int>(p.dtype));
+    detail::require_supported_device();
+    detail::launch_quantize_probe(p);
+  });
+}
+
 void quantize_weight(const QuantizeWeightParams& p) {
   detail::with_op("mxq::quantize_weight", [&] {
     detail::validate(p);

@@ -9,6 +9,8 @@ namespace mxq::detail {
 void launch_quantize(const QuantizeParams& p);
 // Rowwise kernel, colwise kernel writing plain S_col into `workspace`, swizzle kernel.
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace);
+// Benchmark only (mxq::bench::quantize_probe): the fused dense bf16 kernel, a stand-in for the math.
+void launch_quantize_probe(const QuantizeParams& p);
 void launch_dequantize(const DequantizeParams& p);
 void launch_quantize_weight(const QuantizeWeightParams& p);  // quantize_weight.cu
 // The composed path's third kernel: plain S_col (K, M/32) -> p.s_col (blocked, or K-groups with

@@ -26,8 +26,10 @@
 //                      one atom, else per 32-row block (grouped mode with 32-aligned groups).
 // NOTES:
 // - Every variant (rowwise only, colwise only, fused, the composed path's colwise step) is this
-//   one kernel; the template picks the outputs. Tile order: K fastest, except colwise only, whose
-//   only output runs along M (consecutive CTAs then continue the same 128 rows of q_col).
+//   one kernel; the template picks the outputs, and its Math policy the per-block conversion
+//   (Mxfp8Math; ProbeMath for `mxq bench`'s data-movement probe: the same bytes, no math). Tile
+//   order: K fastest, except colwise only, whose only output runs along M (consecutive CTAs then
+//   continue the same 128 rows of q_col).
 // - Padding is computed, not special-cased: the zeros staged past the edge of x quantize to scale
 //   byte 0, which is exactly the padding value of the blocked layout; only data stores past the
 //   edge are skipped.
@@ -102,30 +104,92 @@ struct TileParams {
   int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
 };
 
+// ---- the block math: the 16-bit tile kernel's policy ----
+//
+// Math::row / Math::col turn one 32-element block into its 32 bytes q and return its scale byte;
+// row takes the block as the 4 chunks of a staged row, col as the 16 words ldmatrix.trans hands
+// over (two elements each, element order). The kernel consults its Math there and nowhere else.
+// Mxfp8Math: the library's (amax, E8M0 scale, e4m3; NaN/Inf blocks as 0x7F).
+template <DType kIn, ScaleRounding kRule>
+struct Mxfp8Math {
+  static __device__ __forceinline__ uint8_t row(const uint4 (&v)[Config::kChunksPerBlock],
+                                                uint4 (&q)[2]) {
+    uint32_t m2 = 0;
+#pragma unroll
+    for (int i = 0; i < Config::kChunksPerBlock; ++i) {
+      m2 = ptx::max_u16x2(m2,
+                          ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
+                                         ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
+    }
+    const BlockScale bs = block_scale<kIn, kRule>(amax_fold<kIn>(m2));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      q[h] = make_uint4(bs.select(quantize_words<kIn>(v[2 * h].x, v[2 * h].y, bs.r)),
+                        bs.select(quantize_words<kIn>(v[2 * h].z, v[2 * h].w, bs.r)),
+                        bs.select(quantize_words<kIn>(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
+                        bs.select(quantize_words<kIn>(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
+    }
+    return bs.s;
+  }
+  static __device__ __forceinline__ uint8_t col(const uint32_t (&w)[kBlock / 2], uint4 (&q)[2]) {
+    uint32_t m2 = 0;
+#pragma unroll
+    for (int i = 0; i < kBlock / 2; ++i) m2 = amax_step<kIn>(m2, w[i]);
+    const BlockScale bs = block_scale<kIn, kRule>(amax_fold<kIn>(m2));
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t* v = w + 8 * h;
+      q[h] = make_uint4(bs.select(quantize_words<kIn>(v[0], v[1], bs.r)),
+                        bs.select(quantize_words<kIn>(v[2], v[3], bs.r)),
+                        bs.select(quantize_words<kIn>(v[4], v[5], bs.r)),
+                        bs.select(quantize_words<kIn>(v[6], v[7], bs.r)));
+    }
+    return bs.s;
+  }
+};
+
+// ProbeMath: `mxq bench`'s data-movement probe (op "probe", launch_quantize_probe), a stand-in with
+// no math: each byte of q is the high byte of its 16-bit element, every scale byte 127. The kernel
+// around it loads, stages, reads and stores exactly what it does with Mxfp8Math, so the probe times
+// the design's data movement alone: its ceiling. Its outputs are not MXFP8.
+struct ProbeMath {
+  static constexpr uint8_t kScale = 127;
+  // Bytes 1 and 3 of w0, then of w1: the high bytes of four elements, element order kept.
+  static __device__ __forceinline__ uint32_t high_bytes(uint32_t w0, uint32_t w1) {
+    return __byte_perm(w0, w1, 0x7531);
+  }
+  static __device__ __forceinline__ uint8_t row(const uint4 (&v)[Config::kChunksPerBlock],
+                                                uint4 (&q)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      q[h] = make_uint4(high_bytes(v[2 * h].x, v[2 * h].y), high_bytes(v[2 * h].z, v[2 * h].w),
+                        high_bytes(v[2 * h + 1].x, v[2 * h + 1].y),
+                        high_bytes(v[2 * h + 1].z, v[2 * h + 1].w));
+    }
+    return kScale;
+  }
+  static __device__ __forceinline__ uint8_t col(const uint32_t (&w)[kBlock / 2], uint4 (&q)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t* v = w + 8 * h;
+      q[h] = make_uint4(high_bytes(v[0], v[1]), high_bytes(v[2], v[3]), high_bytes(v[4], v[5]),
+                        high_bytes(v[6], v[7]));
+    }
+    return kScale;
+  }
+};
+
 // ---- the three phases of a tile ----
 
 // Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
 // row (the stores into each happen where `first` / `second` say, see store_block_pair).
-template <DType kIn, ScaleRounding kRule>
+template <class Math>
 __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
                                                  uint8_t* q_pair, bool first, bool second) {
-  uint32_t m2 = 0;
-#pragma unroll
-  for (int i = 0; i < Config::kChunksPerBlock; ++i) {
-    m2 = ptx::max_u16x2(m2, ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
-                                           ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
-  }
-  const BlockScale bs = block_scale<kIn, kRule>(amax_fold<kIn>(m2));
   uint4 q[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[2 * h].x, v[2 * h].y, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h].z, v[2 * h].w, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
-  }
+  const uint8_t s = Math::row(v, q);
   store_block_pair(q_pair, q, first, second);
-  return bs.s;
+  return s;
 }
 
 // Colwise: warp w converts 8-column groups w and w + 8, each of all four 32-row blocks. Lane 8i+j
@@ -135,7 +199,7 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
 // neighbour lanes store whole sectors (store_block_pair) and a warp instruction writes 64 bytes
 // into each of 8 rows. The scale goes to the colwise scale staging (atom layout, or [k][block] for
 // plain scales). rows / cols: how much of the tile lies inside x.
-template <DType kIn, ColScales kCol, ScaleRounding kRule>
+template <class Math, ColScales kCol>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
                                                int64_t M, int rows, int cols, uint8_t* col_atom) {
   const int warp = threadIdx.x / 32;
@@ -155,28 +219,17 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
       w[4 * n + 2] = m.z;
       w[4 * n + 3] = m.w;
     }
-    uint32_t m2 = 0;
-#pragma unroll
-    for (int i = 0; i < kBlock / 2; ++i) m2 = amax_step<kIn>(m2, w[i]);
-    const BlockScale bs = block_scale<kIn, kRule>(amax_fold<kIn>(m2));
     const int k = 8 * group + lane / 4;
     uint4 q[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const uint32_t* v = w + 8 * h;
-      q[h] = make_uint4(bs.select(quantize_words<kIn>(v[0], v[1], bs.r)),
-                        bs.select(quantize_words<kIn>(v[2], v[3], bs.r)),
-                        bs.select(quantize_words<kIn>(v[4], v[5], bs.r)),
-                        bs.select(quantize_words<kIn>(v[6], v[7], bs.r)));
-    }
+    const uint8_t s = Math::col(w, q);
     const bool row_in = k < cols;
     const int pair = blk & ~1;
     store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
                      row_in && pair * kBlock < rows, row_in && (pair + 1) * kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
-      col_atom[k * Config::kColBlocks + blk] = bs.s;
+      col_atom[k * Config::kColBlocks + blk] = s;
     } else {
-      col_atom[atom_offset<unsigned>(k, blk)] = bs.s;
+      col_atom[atom_offset<unsigned>(k, blk)] = s;
     }
   }
 }
@@ -190,9 +243,10 @@ __device__ __forceinline__ void appended_cta(const TileParams& p) {
                   p.status);
 }
 
-// kGrouped: offs given (s_row in the M-groups layout, s_col in the K-groups layout when kCol says
-// so; the CTAs past p.tiles zero the slack and write the status word).
-template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
+// Math: the block math (Mxfp8Math<kIn, kRule>, or ProbeMath). kGrouped: offs given (s_row in the
+// M-groups layout, s_col in the K-groups layout when kCol says so; the CTAs past p.tiles zero the
+// slack and write the status word).
+template <class Math, bool kRowwise, ColScales kCol, bool kGrouped>
 __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     quantize_tile_kernel(const TileParams p) {
   constexpr bool kColwise = kCol != ColScales::kNone;
@@ -267,15 +321,14 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
       }
       const bool row_in = r < rows;
       smem.row_atom[atom + j * kRowStep * 16] =
-          rowwise_block<kIn, kRule>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
-                                    row_in && (pair + 1) * kBlock < cols);
+          rowwise_block<Math>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
+                              row_in && (pair + 1) * kBlock < cols);
     }
   }
   __syncthreads();
   // ---- colwise ----
   if constexpr (kColwise) {
-    colwise_blocks<kIn, kCol, kRule>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols,
-                                     smem.col_atom);
+    colwise_blocks<Math, kCol>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols, smem.col_atom);
   }
   __syncthreads();
   // ---- scales ----
@@ -452,7 +505,9 @@ int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
   return p.status != nullptr && n == 0 ? 1 : n;
 }
 
-template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
+// Math: the 16-bit kernel's block math (ProbeMath for the probe; the fp32 kernel has only its own).
+template <DType kIn, bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule,
+          class Math = Mxfp8Math<kIn, kRule>>
 void launch_variant(const TileParams& params, cudaStream_t stream) {
   constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorage));
   const int64_t grid = params.tiles + (kGrouped ? appended_ctas(params, kRowwise, kCol) : 0);
@@ -463,7 +518,7 @@ void launch_variant(const TileParams& params, cudaStream_t stream) {
     quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>
         <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(params);
   } else {
-    quantize_tile_kernel<kIn, kRowwise, kCol, kGrouped, kRule>
+    quantize_tile_kernel<Math, kRowwise, kCol, kGrouped>
         <<<ctas, Config::kThreads, smem_bytes, stream>>>(params);
   }
   MXQ_CHECK_CUDA(cudaGetLastError());
@@ -558,6 +613,12 @@ void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace) {
   col.status = nullptr;
   launch_tile_kernel<false, ColScales::kPlain, false>(col, p.dtype, p.rounding, p.stream);
   launch_swizzle_col_scales(workspace, p);
+}
+
+// The fused dense bf16 kernel with ProbeMath (the rounding rule is unused).
+void launch_quantize_probe(const QuantizeParams& p) {
+  kernels::launch_variant<DType::kBFloat16, true, ColScales::kBlocked, false, ScaleRounding::kRceil,
+                          kernels::ProbeMath>(kernels::tile_params(p), p.stream);
 }
 
 }  // namespace mxq::detail

@@ -9,6 +9,9 @@
 //                Inf/NaN footprints, mixed magnitudes, the docs/numerics.md §4 table (also checked
 //                against the table itself), and a sweep of every bf16 pattern against most scales
 //                (the hardware conversion check)
+//   GpuProbe     mxq::bench::quantize_probe (the benchmark's data-movement probe) writes every
+//                byte the fused path writes, and its stand-in values: the high byte of each
+//                element in q_row and q_col, 127 in every scale byte
 // Outputs are poisoned before every run and every output sits between guard bands (gpu_util.h).
 #include <array>
 #include <iterator>
@@ -435,6 +438,45 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(target_name(std::get<0>(info.param))) + "_" +
              rounding_name(std::get<1>(info.param));
     });
+
+// ------------------------------------------------------------------------------------------------
+// GpuProbe: the probe moves the fused path's bytes (every byte of all four outputs, nothing else).
+// ------------------------------------------------------------------------------------------------
+class GpuProbe : public GpuTestWithParam<Shape> {};
+
+TEST_P(GpuProbe, WritesEveryFusedByteWithTheStandIn) {
+  const Shape shape = GetParam();
+  const int64_t M = shape.M, K = shape.K;
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const std::vector<uint16_t> x = make_input(M, K, Dist::kSpecial, seed);
+  HostOutputs want;
+  want.q_row.resize(size_t(M * K));
+  want.q_col.resize(size_t(M * K));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t k = 0; k < K; ++k) {
+      const uint8_t high = uint8_t(x[size_t(m * K + k)] >> 8);
+      want.q_row[size_t(m * K + k)] = high;
+      want.q_col[size_t(k * M + m)] = high;
+    }
+  }
+  want.s_row.assign(size_t(s_row_shape(M, K).bytes()), 127);
+  want.s_col.assign(size_t(s_col_shape(M, K).bytes()), 127);
+  Stream stream;
+  DeviceProblem dev(x, M, K, stream.get());
+  dev.poison();
+  bench::quantize_probe(dev.params(Path::kFused, ScaleRounding::kRceil));
+  // The fused path's outputs and nothing else (guards, workspace, status, x unchanged).
+  const HostOutputs got = dev.collect(Path::kFused);
+  expect_matches_reference(got, want, Path::kFused, M, K, 0, "probe");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuProbe,
+                         ::testing::Values(Shape{32, 32}, Shape{96, 160}, Shape{544, 96},
+                                           Shape{128, 128}, Shape{1024, 384}, Shape{512, 4096}),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return shape_name(info.param);
+                         });
 
 }  // namespace
 }  // namespace mxq::test

@@ -6,7 +6,8 @@
 // before the device (they run here without one, on host buffers that are never touched), and for
 // refusing cleanly in a build without CUDA. The rules of the one params struct: a null data/scale
 // pair skips that axis, half a pair is refused naming both, no axis at all is "nothing to compute",
-// a status word needs offs, the composed path needs both axes.
+// a status word needs offs, the composed path needs both axes, the benchmark's probe
+// (mxq::bench::quantize_probe) needs both axes, dense, bf16.
 #include <functional>
 #include <regex>
 #include <utility>
@@ -558,10 +559,12 @@ void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
 constexpr const char* kQuantize = "mxq::quantize";
 constexpr const char* kComposed = "mxq::quantize_composed";
 constexpr const char* kDequantize = "mxq::dequantize";
+constexpr const char* kProbe = "mxq::bench::quantize_probe";
 const std::string kM100 = exact("M must be a multiple of 32, got 100");
 const std::string kK136 = exact("K must be a multiple of 32, got 136");
 const auto kQuantizeOp = static_cast<void (*)(const QuantizeParams&)>(quantize);
 const auto kDequantizeOp = static_cast<void (*)(const DequantizeParams&)>(dequantize);
+const auto kProbeOp = static_cast<void (*)(const QuantizeParams&)>(bench::quantize_probe);
 
 const std::vector<GpuCase> kGpuCases = {
     {"rowwise_M_100", on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.M = 100; }), kQuantize,
@@ -658,6 +661,14 @@ const std::vector<GpuCase> kGpuCases = {
      exact("the composed path quantizes both axes: set q_row, s_row, q_col and s_col")},
     {"composed_workspace_null", on_composed([](auto&) {}, /*workspace=*/false), kComposed,
      exact("workspace is null (it needs composed_workspace_bytes(M, K) = 512 bytes)")},
+    // the benchmark's probe: the common checks, then its own (the fused dense bf16 call only)
+    {"probe_M_100", on_gpu(&GpuArgs::both, kProbeOp, [](auto& p) { p.M = 100; }), kProbe, kM100},
+    {"probe_rowwise_only", on_gpu(&GpuArgs::rowwise, kProbeOp, [](auto&) {}), kProbe,
+     exact("the probe moves the fused kernel's bytes: set q_row, s_row, q_col and s_col")},
+    {"probe_grouped", on_gpu(&GpuArgs::grouped, kProbeOp, [](auto&) {}), kProbe,
+     exact("the probe is dense only: offs must be null")},
+    {"probe_fp16", on_gpu(&GpuArgs::both, kProbeOp, [](auto& p) { p.dtype = DType::kFloat16; }),
+     kProbe, exact("the probe reads bf16 only (DType::kBFloat16), got dtype 1")},
 };
 
 class GpuValidation : public ::testing::TestWithParam<GpuCase> {};
@@ -718,6 +729,7 @@ TEST(GpuValidationBasics, BuildWithoutCudaRefusesClearly) {
   EXPECT_TRUE(unsupported([&] { quantize(a.both()); }, kQuantize));
   EXPECT_TRUE(unsupported([&] { quantize(a.grouped()); }, kQuantize));
   EXPECT_TRUE(unsupported([&] { quantize_composed(a.both(), a.workspace.data()); }, kComposed));
+  EXPECT_TRUE(unsupported([&] { bench::quantize_probe(a.both()); }, kProbe));
   EXPECT_TRUE(unsupported([&] { dequantize(a.dequantize()); }, kDequantize));
   EXPECT_TRUE(
       unsupported([&] { validate_offs(a.offs.data(), 1, 128, nullptr); }, "mxq::validate_offs"));
@@ -746,6 +758,7 @@ TEST(GpuValidationBasics, NoDeviceRefusesCleanly) {
   const std::vector<std::pair<const char*, std::function<void()>>> calls = {
       {kQuantize, [&] { quantize(a.both()); }},
       {kComposed, [&] { quantize_composed(a.both(), a.workspace.data()); }},
+      {kProbe, [&] { bench::quantize_probe(a.both()); }},
       {kDequantize, [&] { dequantize(a.dequantize()); }},
   };
   for (const auto& [op, call] : calls) {
