@@ -10,7 +10,9 @@ them, ragged shapes next to their aligned neighbours, grouped splits (random, ev
 input dtypes, and expert weights. Dual-axis bars are *effective* TB/s (fused bytes, ~4.06 B/elem for bf16, over
 time) so fused, composed and the peers compare on the same work; the other ops use their own bytes
 (tools/traffic.h). The black tick over each group is the copy roof (cudaMemcpy, bytes read + written) measured
-in the same run. Reads both result schemas (mxq-bench/1 rows have no set: they are the main set, bf16).
+in the same run; on the dense panel a dashed tick marks the probe (`mxq bench` op "probe": the fused kernel's data
+movement without the math), the design's own ceiling, when the run has it. Reads both result schemas (mxq-bench/1
+rows have no set: they are the main set, bf16).
 Needs matplotlib (pip install matplotlib).
 """
 
@@ -118,7 +120,7 @@ def value(row: dict | None) -> float | None:
     """The bar height of a set panel: effective TB/s for the dual-axis ops, own-bytes TB/s otherwise."""
     if row is None:
         return None
-    return row["effective_TBps"] if row["op"] in ("fused", "composed") else row["TBps"]
+    return row["effective_TBps"] if row["op"] in ("fused", "composed", "probe") else row["TBps"]
 
 
 def grouping_label(r: dict) -> str:
@@ -129,12 +131,14 @@ def grouping_label(r: dict) -> str:
     return f"G={r['groups']}" + ("" if kind == "random" else " " + ("skew" if kind == "skewed" else kind))
 
 
-def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12):
-    """Grouped bars: `series` maps a legend name to one value (or None) per label; `roofs` one value per label."""
+def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12, ceilings=None):
+    """Grouped bars: `series` maps a legend name to one value (or None) per label; `roofs` one value per label;
+    `ceilings` (optional) one probe value (or None) per label, drawn as a dashed tick."""
     import numpy as np
 
     names = [n for n, vals in series.items() if any(v is not None for v in vals)]
-    if not names:
+    ceilings = ceilings or [None] * len(labels)
+    if not names and not any(ceilings):
         ax.set_visible(False)
         return
     x = np.arange(len(labels))
@@ -166,6 +170,17 @@ def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12):
                 linewidth=2,
                 label="copy roof (same run)" if j == next(k for k, r in enumerate(roofs) if r) else None,
             )
+    for j, ceiling in enumerate(ceilings):
+        if ceiling:
+            ax.hlines(
+                ceiling,
+                x[j] - 0.45,
+                x[j] + 0.45,
+                colors="#444444",
+                linestyles="dashed",
+                linewidth=1.5,
+                label="probe (design ceiling)" if j == next(k for k, c in enumerate(ceilings) if c) else None,
+            )
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel(ylabel)
@@ -174,7 +189,7 @@ def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12):
     ax.set_axisbelow(True)
     ax.legend(
         fontsize=7,
-        ncol=len(names) + 1,
+        ncol=len(names) + 1 + any(ceilings),
         loc="upper left",
         bbox_to_anchor=(0, legend_y),
         frameon=False,
@@ -182,17 +197,21 @@ def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12):
 
 
 def dense_panel(ax, data, by_key, peers):
-    shapes = [s for s in shape_order(data["rows"]) if ("fused", *s, 0) in by_key or ("composed", *s, 0) in by_key]
+    shapes = [
+        s for s in shape_order(data["rows"]) if any((op, *s, 0) in by_key for op in ("fused", "composed", "probe"))
+    ]
     labels = [f"{m}x{k}" for m, k in shapes]
     series = {"mxq fused": [], "mxq composed": [], "torchao Triton": [], "torch.compile": []}
-    roofs = []
+    roofs, ceilings = [], []
     for m, k in shapes:
         fused, composed = by_key.get(("fused", m, k, 0)), by_key.get(("composed", m, k, 0))
+        probe = by_key.get(("probe", m, k, 0))
         series["mxq fused"].append(fused["effective_TBps"] if fused else None)
         series["mxq composed"].append(composed["effective_TBps"] if composed else None)
         for peer in ("torchao Triton", "torch.compile"):
             series[peer].append(PEERS_DENSE.get((m, k), {}).get(peer) if peers else None)
-        roofs.append((fused or composed)["roof_TBps"])
+        roofs.append((fused or composed or probe)["roof_TBps"])
+        ceilings.append(probe["effective_TBps"] if probe else None)
     draw_groups(
         ax,
         labels,
@@ -200,6 +219,7 @@ def dense_panel(ax, data, by_key, peers):
         roofs,
         "effective TB/s (4.06 B/elem)",
         f"Dense dual-axis MXFP8 (all four outputs), {main_dtype(data['rows'])} in",
+        ceilings=ceilings,
     )
 
 

@@ -8,6 +8,8 @@
 //   - ops: rowwise and colwise are mxq::quantize with one axis requested, fused is mxq::quantize
 //     with both, composed is mxq::quantize_composed, dequantize reads what composed wrote, weight is
 //     mxq::quantize_weight on W (G, N, K); grouped cases pass offs (M-groups s_row, K-groups s_col);
+//     probe is mxq::bench::quantize_probe, the fused kernel's bytes with a stand-in for the math
+//     (main set, dense bf16 only, right after fused: the design's ceiling beside the kernel);
 //   - per-call time = median over `replays` timed graph replays (after `warmup`) of replay time
 //     divided by calls;
 //   - bytes come from traffic.h; the roof is cudaMemcpyAsync device-to-device, bytes read +
@@ -16,8 +18,9 @@
 //     own;
 //   - before timing a (shape, dtype, groups) block, fused and composed outputs are compared byte for
 //     byte on the device (outputs poisoned with different patterns, so a byte neither path writes
-//     is caught too); expert weights, which have no second path, run twice into differently
-//     poisoned outputs and must agree (every byte written, deterministic).
+//     is caught too; the probe writes other bytes by design and is not compared); expert weights,
+//     which have no second path, run twice into differently poisoned outputs and must agree (every
+//     byte written, deterministic).
 // Cases come in sets (bench.h), each printed as its own table; one JSON holds every row.
 #include "bench.h"
 
@@ -326,6 +329,9 @@ constexpr WeightShape kWeightShapes[] = {
     {8, 4096, 7168}, {64, 1536, 5120}, {128, 768, 2048}, {1, 7168, 2048}};
 constexpr Op kActivationOps[] = {Op::kRowwise, Op::kColwise, Op::kFused, Op::kComposed,
                                  Op::kDequantize};
+// The main set's dense bf16 cases add the probe right after fused, so its row sits beside fused's.
+constexpr Op kMainDenseBf16Ops[] = {Op::kRowwise, Op::kColwise,  Op::kFused,
+                                    Op::kProbe,   Op::kComposed, Op::kDequantize};
 
 // ---- device buffers of one activation workspace (shape, dtype) ----
 
@@ -538,6 +544,8 @@ void launch_op(Op op, const RunContext& c, const BufferSet& b) {
       return quantize(quantize_params(c, b, b, true, true));
     case Op::kComposed:
       return quantize_composed(quantize_params(c, b, b, true, true), b.workspace.get());
+    case Op::kProbe:
+      return bench::quantize_probe(quantize_params(c, b, b, true, true));
     case Op::kDequantize: {
       // Dense: the forward operand (q_row, blocked s_row). Grouped: the wgrad operand (q_col,
       // K-groups s_col).
@@ -751,8 +759,13 @@ std::vector<BenchCase> plan_cases(const BenchOptions& o) {
     std::vector<Grouping> groupings;
     if (!o.no_dense) groupings.push_back(kDense);
     for (int g : o.groups) groupings.push_back({GroupsKind::kRandom, g});
+    const std::vector<Op> dense_bf16_ops(std::begin(kMainDenseBf16Ops),
+                                         std::end(kMainDenseBf16Ops));
     for (const MatrixShape& s : shapes) {
-      add_activation(BenchSet::kMain, s, o.dtype, groupings, activation_ops);
+      for (const Grouping& g : groupings) {
+        const bool probe = g == kDense && o.dtype == DType::kBFloat16;
+        add_activation(BenchSet::kMain, s, o.dtype, {g}, probe ? dense_bf16_ops : activation_ops);
+      }
     }
   }
   if (wanted(BenchSet::kRagged)) {
@@ -815,8 +828,11 @@ void check_options(const BenchOptions& o, const std::vector<BenchCase>& cases) {
     }
   }
   if (cases.empty()) {
+    const bool probe = std::find(o.ops.begin(), o.ops.end(), Op::kProbe) != o.ops.end();
     throw ToolError(
-        "nothing to run: no case of the chosen sets (--sets) uses the chosen ops (--ops)");
+        std::string(
+            "nothing to run: no case of the chosen sets (--sets) uses the chosen ops (--ops)") +
+        (probe ? "; probe runs in the main set only, dense, bf16" : ""));
   }
 }
 
@@ -970,14 +986,16 @@ const char* set_title(BenchSet set) {
 struct DualSummary {
   const BenchRow* fused;
   const BenchRow* composed;
+  const BenchRow* probe;
 };
 
-// Fused rows of the main set with their composed partner.
+// Fused rows of the main set with their composed and probe partners.
 std::vector<DualSummary> pair_dual_rows(const std::vector<BenchRow>& rows) {
   std::vector<DualSummary> out;
   for (const BenchRow& f : rows) {
     if (f.c.op != Op::kFused || f.c.set != BenchSet::kMain) continue;
-    out.push_back({&f, find_row(rows, f.c.set, Op::kComposed, f.c.shape, f.c.dtype, f.c.grouping)});
+    out.push_back({&f, find_row(rows, f.c.set, Op::kComposed, f.c.shape, f.c.dtype, f.c.grouping),
+                   find_row(rows, f.c.set, Op::kProbe, f.c.shape, f.c.dtype, f.c.grouping)});
   }
   return out;
 }
@@ -991,19 +1009,38 @@ bool is_bandwidth_shape(const MatrixShape& s, int64_t l2_bytes) {
 void print_summary(const std::vector<BenchRow>& rows, int64_t l2_bytes) {
   const auto pairs = pair_dual_rows(rows);
   if (pairs.empty()) return;
-  Table t({"shape", "groups", "fused us", "composed us", "speedup", "fused eff. TB/s",
-           "fused % roof", "composed eff. TB/s"});
+  // The probe's columns when the run has probe rows: fused against its own design's ceiling.
+  const bool probes = std::any_of(pairs.begin(), pairs.end(),
+                                  [](const DualSummary& s) { return s.probe != nullptr; });
+  std::vector<std::string> header{
+      "shape",   "groups",          "fused us",     "composed us",
+      "speedup", "fused eff. TB/s", "fused % roof", "composed eff. TB/s"};
+  if (probes) header.insert(header.end(), {"probe eff. TB/s", "fused % of probe"});
+  Table t(header);
   std::vector<double> pct;
   for (const DualSummary& s : pairs) {
     const BenchRow& f = *s.fused;
     if (is_bandwidth_shape(f.c.shape, l2_bytes)) pct.push_back(f.pct_roof());
-    t.add({f.c.shape.str(), grouping_text(f.c.grouping), fixed(f.us, 1),
-           s.composed ? fixed(s.composed->us, 1) : "-",
-           s.composed ? fixed(s.composed->us / f.us, 2) + "x" : "-", fixed(f.effective_tbps(), 3),
-           fixed(f.pct_roof(), 1), s.composed ? fixed(s.composed->effective_tbps(), 3) : "-"});
+    std::vector<std::string> cells{f.c.shape.str(),
+                                   grouping_text(f.c.grouping),
+                                   fixed(f.us, 1),
+                                   s.composed ? fixed(s.composed->us, 1) : "-",
+                                   s.composed ? fixed(s.composed->us / f.us, 2) + "x" : "-",
+                                   fixed(f.effective_tbps(), 3),
+                                   fixed(f.pct_roof(), 1),
+                                   s.composed ? fixed(s.composed->effective_tbps(), 3) : "-"};
+    if (probes) {
+      cells.insert(cells.end(), {s.probe ? fixed(s.probe->effective_tbps(), 3) : "-",
+                                 s.probe ? fixed(100.0 * s.probe->us / f.us, 1) : "-"});
+    }
+    t.add(cells);
   }
   std::cout << "\nFused vs composed, main set (effective TB/s = fused bytes / time, ~4.06 B/elem "
-               "for bf16, comparable with the peers in benchmarks/README.md):\n"
+               "for bf16, comparable with the peers in benchmarks/README.md"
+            << (probes ? "; probe: the fused kernel's data movement without the math, its design's "
+                         "ceiling"
+                       : "")
+            << "):\n"
             << t.str();
   if (!pct.empty()) {
     std::sort(pct.begin(), pct.end());
@@ -1283,8 +1320,9 @@ int run_bench(const BenchOptions& o) {
   print_roof(run.roof, "start");
 
   const ScaleRounding rule = parse_scale_rounding(o.rule);
-  const bool verify = o.verify && std::any_of(cases.begin(), cases.end(),
-                                              [](const BenchCase& c) { return op_is_dual(c.op); });
+  const bool verify = o.verify && std::any_of(cases.begin(), cases.end(), [](const BenchCase& c) {
+                        return c.op == Op::kFused || c.op == Op::kComposed;
+                      });
   std::unique_ptr<ShapeWorkspace> ws;
   std::unique_ptr<WeightWorkspace> wws;
   const BenchCase* previous = nullptr;

@@ -11,6 +11,7 @@
 //   rowwise     x (xb)                     q_row (1), s_row                      ~3.03
 //   colwise     x (xb)                     q_col (1), s_col (blocked/K-groups)   ~3.03
 //   fused       x (xb)                     q_row + q_col (1 + 1), s_row, s_col   ~4.06
+//   probe       the fused kernel's bytes (mxq::bench::quantize_probe: no math)    ~4.06
 //   composed    three kernels: rowwise; colwise writing plain S_col into the
 //               workspace; swizzle reading it back and writing s_col. x is read
 //               twice, plain scales written and read once more              ~6.1
@@ -31,9 +32,10 @@
 
 namespace mxq::tools {
 
-enum class Op { kRowwise, kColwise, kFused, kComposed, kDequantize, kWeight };
-constexpr Op kAllOps[] = {Op::kRowwise,  Op::kColwise,    Op::kFused,
-                          Op::kComposed, Op::kDequantize, Op::kWeight};
+// kProbe: the fused kernel's data movement with a stand-in for the math (the design's ceiling).
+enum class Op { kRowwise, kColwise, kFused, kComposed, kDequantize, kWeight, kProbe };
+constexpr Op kAllOps[] = {Op::kRowwise,    Op::kColwise, Op::kFused, Op::kComposed,
+                          Op::kDequantize, Op::kWeight,  Op::kProbe};
 
 inline const char* op_name(Op op) {
   switch (op) {
@@ -49,6 +51,8 @@ inline const char* op_name(Op op) {
       return "dequantize";
     case Op::kWeight:
       return "weight";
+    case Op::kProbe:
+      return "probe";
   }
   return "?";
 }
@@ -61,7 +65,9 @@ inline std::optional<Op> parse_op(const std::string& name) {
 }
 
 // Ops producing all four outputs; their effective bytes are the fused count.
-inline bool op_is_dual(Op op) { return op == Op::kFused || op == Op::kComposed; }
+inline bool op_is_dual(Op op) {
+  return op == Op::kFused || op == Op::kComposed || op == Op::kProbe;
+}
 
 struct Traffic {
   int64_t read = 0;
@@ -83,6 +89,7 @@ inline Traffic op_traffic(Op op, int64_t M, int64_t K, int64_t groups,
     case Op::kColwise:
       return {x_bytes, elems + s_col};
     case Op::kFused:
+    case Op::kProbe:
       return {x_bytes, 2 * elems + s_row + s_col};
     case Op::kComposed:
       // rowwise kernel + colwise kernel (plain scales) + swizzle kernel (plain -> s_col).

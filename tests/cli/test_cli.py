@@ -250,6 +250,19 @@ class CliTest(unittest.TestCase):
         ):
             self.assertIn(fragment, r.stdout, where)
         self.assertNotIn("swizzle", r.stdout, where)
+        # The probe (the fused kernel's bytes, no math): main set, dense bf16, once per shape, right after fused.
+        probes = [line for line in r.stdout.splitlines() if " probe " in line]
+        self.assertEqual(len(probes), 7, where)
+        for line in probes:
+            self.assertRegex(line, r"\] main    probe      \d+x\d+ +bf16 dense ", where)
+        r = run("bench", "--sets", "main", "--ops", "fused,probe", "--groups", "8", "--list")
+        where = self.check_clean(r, 0, prefix="mxq bench:")
+        lines = r.stdout.splitlines()
+        self.assertIn("main    fused      8192x2048     bf16 dense", lines[0], where)
+        self.assertIn("main    probe      8192x2048     bf16 dense", lines[1], where)
+        self.assertIn("main    fused      8192x2048     bf16 G=8 ", lines[2], where)
+        self.assertTrue(r.stdout.endswith("\n21 cases\n"), where)
+        r = run("bench", "--list")
         cases = int(re.search(r"(\d+) cases\n$", r.stdout).group(1))
         quick = run("bench", "--quick", "--list")
         self.check_clean(quick, 0, prefix="mxq bench:")
@@ -259,6 +272,7 @@ class CliTest(unittest.TestCase):
         r = run("bench", "--shapes", "96x2880", "--groups", "2", "--dtype", "fp32", "--list")
         where = self.check_clean(r, 0, prefix="mxq bench:")
         self.assertIn("main    fused      96x2880       fp32 G=2", r.stdout, where)
+        self.assertNotIn("probe", r.stdout, where)  # bf16 only
         self.assertTrue(r.stdout.endswith("\n10 cases\n"), where)
 
     # ---- option parsing and the other subcommands ----
@@ -284,6 +298,15 @@ class CliTest(unittest.TestCase):
         self.error("bench", "--sets", "everything", fragments=["--sets"], prefix="mxq bench:")
         self.error("bench", "--dtype", "fp8", fragments=["--dtype"], prefix="mxq bench:")
         self.error("bench", "--sets", "weights", "--ops", "fused", fragments=["nothing to run"], prefix="mxq bench:")
+        self.error(
+            "bench",
+            "--ops",
+            "probe",
+            "--dtype",
+            "fp16",
+            fragments=["nothing to run", "probe runs in the main set only, dense, bf16"],
+            prefix="mxq bench:",
+        )
         if not self.gpu:
             # Unavailable, not failed: the machine lacks what bench needs. A 32-multiple shape passes the checks.
             self.error("bench", fragments=["no usable GPU"], code=2, prefix="mxq bench:")
