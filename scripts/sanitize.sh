@@ -10,7 +10,8 @@
 #   weights), bf16 / fp16 / fp32, both rules, dense and grouped with empty groups, tails and G up to 256,
 #   ragged 32-multiple shapes, special values; each output byte compared with the reference;
 # - the GPU tests of SANITIZE_FILTER: malformed offs with guard bands, every code against every scale,
-#   streams and graph capture, the weight kernels' skipped axes, and one special-value case per path and shape.
+#   streams and graph capture, the weight kernels' skipped axes, one special-value case per path and shape,
+#   grouped G = 300 and 1024 (empty groups), and the data-movement probe of `mxq bench`.
 # Prints each tool's summary line and exits non-zero when any tool reports an error or a program fails.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -20,7 +21,7 @@ MAX_DIM=${SANITIZE_MAX_DIM:-384}
 SEED=${SANITIZE_SEED:-5}
 FILTER=${SANITIZE_FILTER:-"*GpuMalformedOffs*:*GpuDequantizeAllPairs*:*GpuStreams*:*GpuGraph*:*GpuWeightAxes*:\
 *GpuOps*special_rceil*:*GpuGrouped*special*:*GpuGrouped*empty_floor*:*GpuDequantize.*G64*:*GpuComposedSwizzle*:\
-*GpuWeight.*boundary*:*GpuValidInput*:*GpuGoodOffs*"}
+*GpuWeight.*boundary*:*GpuValidInput*:*GpuGoodOffs*:*GpuProbe*"}
 fuzz=$BUILD/tests/cpp/mxq_fuzz
 tests=$BUILD/tests/cpp/mxq_gpu_tests
 for b in "$fuzz" "$tests"; do
