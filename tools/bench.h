@@ -19,7 +19,7 @@ namespace mxq::tools {
 //            dense and random groups (--groups), every activation op; dense bf16 also the probe
 //            (mxq::bench::quantize_probe, right after fused: the design's ceiling)
 //   ragged   32-multiple shapes that are not 128-multiples, each next to an aligned neighbour
-//   grouped  32768x7168: random groups (G = 8, 64: 32-multiple sizes, an empty group, a tail), an
+//   grouped  32768x7168: random groups (G = 8, 64, 256: 32-multiple sizes, an empty group, a tail), an
 //            even split and a skewed one (one group holding 90% of the rows) at G = 8, and dense
 //   dtypes   32768x7168 dense, bf16 / fp16 / fp32 input: fused, rowwise, colwise
 //   weights  expert weights W (G, N, K) through mxq::quantize_weight, both scalings, bf16
