@@ -160,27 +160,16 @@ def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12, ceilin
         )
         if name == "mxq fused":
             ax.bar_label(bars, fmt="%.2f", fontsize=7, padding=2)
-    for j, roof in enumerate(roofs):
-        if roof:
-            ax.hlines(
-                roof,
-                x[j] - 0.45,
-                x[j] + 0.45,
-                colors="black",
-                linewidth=2,
-                label="copy roof (same run)" if j == next(k for k, r in enumerate(roofs) if r) else None,
-            )
-    for j, ceiling in enumerate(ceilings):
-        if ceiling:
-            ax.hlines(
-                ceiling,
-                x[j] - 0.45,
-                x[j] + 0.45,
-                colors="#444444",
-                linestyles="dashed",
-                linewidth=1.5,
-                label="probe (design ceiling)" if j == next(k for k, c in enumerate(ceilings) if c) else None,
-            )
+
+    def ticks(values, label, **style):
+        """One horizontal tick per bar group where values[j] is set; the legend entry on the first one."""
+        first = next((j for j, v in enumerate(values) if v), None)
+        for j, v in enumerate(values):
+            if v:
+                ax.hlines(v, x[j] - 0.45, x[j] + 0.45, label=label if j == first else None, **style)
+
+    ticks(roofs, "copy roof (same run)", colors="black", linewidth=2)
+    ticks(ceilings, "probe (design ceiling)", colors="#444444", linestyles="dashed", linewidth=1.5)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel(ylabel)
