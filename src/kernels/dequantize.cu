@@ -66,23 +66,18 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
   const int64_t r0 = blockIdx.x / col_tiles * kTile;
   const int64_t c0 = blockIdx.x % col_tiles * kTile;
   // Grouped layouts: each 32-token chunk of the tile (along cols for K-groups, along rows for
-  // M-groups) has its scales in one slot of one atom.
-  __shared__ ChunkPlace chunk_place[kAtomCols];
+  // M-groups) has its scales in one slot of one atom, planned by warp 0 as the quantize kernels
+  // plan theirs (scales.cuh plan_tile_places, tokens as M).
+  constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
+  __shared__ TilePlaces places;
+  const ChunkPlace* chunk_place = kRowsAreTokens ? places.row : places.col;
   if constexpr (kGrouped) {
-    constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
     const int64_t tokens = kRowsAreTokens ? p.rows : p.cols;
     const int warp = threadIdx.x / 32;
-    if (warp == 0) {  // the tile's chunk places, from one warp's scan of offs
-      __shared__ Segment segment[kAtomCols];
-      const int64_t t0 = kRowsAreTokens ? r0 : c0;  // the tile's first token
-      locate_chunks<kAtomCols>(p.offs, p.num_groups, tokens, t0, segment);
-      const int c = threadIdx.x;
-      const int64_t m = t0 + c * kBlock;
-      if (c < kAtomCols) {
-        chunk_place[c] = m >= tokens      ? kNotPlaced
-                         : kRowsAreTokens ? m_groups_place(segment[c], m, c0, p.cols / kBlock)
-                                          : k_groups_place(segment[c], m, r0, p.rows);
-      }
+    if (warp == 0) {
+      plan_tile_places<kAtomCols>(places, p.offs, p.num_groups, tokens, kRowsAreTokens ? r0 : c0,
+                                  kRowsAreTokens ? c0 : r0, kRowsAreTokens ? p.cols : p.rows,
+                                  kRowsAreTokens, !kRowsAreTokens);
     } else if (warp == 1 && blockIdx.x == 0 && p.status != nullptr) {
       const int32_t bits = offs_status_warp(p.offs, p.num_groups, tokens);
       if (threadIdx.x == 32) *p.status = bits;

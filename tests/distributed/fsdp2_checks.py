@@ -221,11 +221,16 @@ def step_and_compare(model, opt, ref, ref_grads, dg: Diff, dp: Diff) -> None:
 
 @contextlib.contextmanager
 def count_collectives():
-    """Counts FSDP2's all-gathers and reduce-scatters (its default comms call dist.all_gather_single and
-    dist.reduce_scatter_single, looked up at call time)."""
+    """Counts FSDP2's all-gathers and reduce-scatters, as counts["all_gather"] and counts["reduce_scatter"]. Its
+    default comms look the dist function up at call time: dist.all_gather_single / reduce_scatter_single where torch
+    has them (newer releases), dist.all_gather_into_tensor / reduce_scatter_tensor before."""
     counts = Counter()
-    names = ("all_gather_single", "reduce_scatter_single")
-    originals = {n: getattr(dist, n) for n in names}
+    single = hasattr(dist, "all_gather_single")
+    functions = {
+        "all_gather": "all_gather_single" if single else "all_gather_into_tensor",
+        "reduce_scatter": "reduce_scatter_single" if single else "reduce_scatter_tensor",
+    }
+    originals = {f: getattr(dist, f) for f in functions.values()}
 
     def wrap(name, fn):
         def counted(*args, **kwargs):
@@ -234,13 +239,13 @@ def count_collectives():
 
         return counted
 
-    for n in names:
-        setattr(dist, n, wrap(n, originals[n]))
+    for name, f in functions.items():
+        setattr(dist, f, wrap(name, originals[f]))
     try:
         yield counts
     finally:
-        for n in names:
-            setattr(dist, n, originals[n])
+        for f, fn in originals.items():
+            setattr(dist, f, fn)
 
 
 class CountWeightQuantization(TorchDispatchMode):
@@ -378,9 +383,9 @@ def check_compile(device, mesh, backend):
         with count_collectives() as counts:
             loss = loss_fn(model, x, t)
             sharded_after_forward &= all_sharded(model)
-            fwd = counts["all_gather_single"]
+            fwd = counts["all_gather"]
             loss.backward()
-        gathers.append((fwd, counts["all_gather_single"] - fwd))
+        gathers.append((fwd, counts["all_gather"] - fwd))
         dl.add(loss.detach(), ref_losses[rank][0])
         de.add(loss.detach(), eager_losses[rank][0])
         step_and_compare(model, opt, ref, ref_grads, dg, dp)
@@ -434,7 +439,7 @@ def check_microbatch(device, mesh, backend):
             opt.zero_grad()
             with count_collectives() as counts:
                 losses, between = microbatch_step(model, step_data, rank)
-            comm.append((counts["all_gather_single"], counts["reduce_scatter_single"]))
+            comm.append((counts["all_gather"], counts["reduce_scatter"]))
             unsharded &= between
             resharded &= all_sharded(model)
             for a, b in zip(losses, ref_losses[rank]):
@@ -462,7 +467,7 @@ def check_quantize_once(device, mesh, backend):
             microbatch_step(model, step_data, rank)
     finally:
         counter.remove()
-    unshards = counts["all_gather_single"] / len(fsdp_modules(model))
+    unshards = counts["all_gather"] / len(fsdp_modules(model))
     per = {n: counter.counts[n] / (weights[n] * unshards) for n in MXFP8_UNITS}
     ok = all(v == 1 for v in per.values()) and counter.counts[None] == 0
     figures = (
