@@ -133,10 +133,15 @@ __device__ __forceinline__ void store_row_chunks(uint8_t* s_row, const uint8_t* 
   dst[p.slot] = reinterpret_cast<const uint32_t*>(row_atom)[4 * i + c];
   for (int s = p.slot + 1; p.pads && s < kAtomRows / kBlock; ++s) dst[s] = 0;
 }
+// Colwise, a thread per scale row k: threads 4j..4j+3 take rows j, j+32, j+64, j+96, whose slots
+// lie 4 bytes apart in one 16-byte atom row, so a warp's byte stores of one chunk fill 128
+// contiguous bytes (4 sectors; 16 when a warp took 32 consecutive rows, one per 16-byte atom row).
 template <int kChunks, typename Place>
 __device__ __forceinline__ void store_col_chunks(uint8_t* s_col, const uint8_t* col_atom,
                                                  const Place& place) {
-  const int k = threadIdx.x % kAtomRows;
+  constexpr int kBands = kAtomRows / kBlock;  // 4 rows share a 16-byte atom row
+  const int t = threadIdx.x % kAtomRows;
+  const int k = t % kBands * kBlock + t / kBands;
   for (int c = threadIdx.x / kAtomRows; c < kChunks; c += blockDim.x / kAtomRows) {
     const ChunkPlace p = place(c);
     if (p.slot < 0) continue;
