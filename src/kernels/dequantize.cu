@@ -7,9 +7,9 @@
 // One CTA per 128x128 tile (partial at the edges: rows and cols are multiples of 32): each thread
 // loads four 16-byte chunks (16 elements, half a block) and their scales, then converts each into
 // 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
-// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's. K-groups
+// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's. Grouped
 // tiles look up each 32-token chunk's atom and slot once, from one warp's scan of offs (common.cuh
-// locate_chunks).
+// locate_chunks, through scales.cuh plan_tile_places).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
