@@ -114,8 +114,7 @@ __device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float 
 // neighbour's first half; the odd lane its neighbour's second half, then its own second half.
 // q_pair = the even lane's block + 16 * (lane is odd); the stores into the pair's first and second
 // block happen only where first / second say the block lies inside the output. Every lane of the
-// warp calls it (shuffles). kStreaming: the stores with .cs (ptx::st_global_cs_v4).
-template <bool kStreaming = false>
+// warp calls it (shuffles).
 __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2], bool first,
                                                  bool second) {
   const bool odd = threadIdx.x & 1;
@@ -125,15 +124,8 @@ __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&
   recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
   recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
   recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
-  const auto store = [](uint8_t* ptr, uint4 v) {
-    if constexpr (kStreaming) {
-      ptx::st_global_cs_v4(ptr, v);
-    } else {
-      ptx::st_global_v4(ptr, v);
-    }
-  };
-  if (first) store(q_pair, odd ? recv : q[0]);
-  if (second) store(q_pair + kBlock, odd ? q[1] : recv);
+  if (first) ptx::st_global_v4(q_pair, odd ? recv : q[0]);
+  if (second) ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
 }
 
 // ---- grouped mode: the groups' segments ----

@@ -46,15 +46,6 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
                : "memory");
 }
 
-// The same 16-byte store with .cs (cache streaming: evict first in L1 and L2). Used for the e4m3 data
-// of the dense 16-bit quantize kernels and the weight kernel, where it measured 1.5-6% faster on the
-// H200; the grouped and fp32 kernels were slower with it (docs/performance.md, variants table).
-__device__ __forceinline__ void st_global_cs_v4(void* ptr, uint4 v) {
-  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y),
-               "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 __device__ __forceinline__ void st_global_v2(void* ptr, uint2 v) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(ptr), "r"(v.x), "r"(v.y) : "memory");
 }

@@ -182,14 +182,13 @@ struct ProbeMath {
 // ---- the three phases of a tile ----
 
 // Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
-// row (the stores into each happen where `first` / `second` say, see store_block_pair; kStreaming:
-// with .cs).
-template <class Math, bool kStreaming>
+// row (the stores into each happen where `first` / `second` say, see store_block_pair).
+template <class Math>
 __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
                                                  uint8_t* q_pair, bool first, bool second) {
   uint4 q[2];
   const uint8_t s = Math::row(v, q);
-  store_block_pair<kStreaming>(q_pair, q, first, second);
+  store_block_pair(q_pair, q, first, second);
   return s;
 }
 
@@ -200,7 +199,7 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
 // neighbour lanes store whole sectors (store_block_pair) and a warp instruction writes 64 bytes
 // into each of 8 rows. The scale goes to the colwise scale staging (atom layout, or [k][block] for
 // plain scales). rows / cols: how much of the tile lies inside x.
-template <class Math, ColScales kCol, bool kStreaming>
+template <class Math, ColScales kCol>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
                                                int64_t M, int rows, int cols, uint8_t* col_atom) {
   const int warp = threadIdx.x / 32;
@@ -225,9 +224,8 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
     const uint8_t s = Math::col(w, q);
     const bool row_in = k < cols;
     const int pair = blk & ~1;
-    store_block_pair<kStreaming>(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
-                                 row_in && pair * kBlock < rows,
-                                 row_in && (pair + 1) * kBlock < rows);
+    store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
+                     row_in && pair * kBlock < rows, row_in && (pair + 1) * kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
       col_atom[k * Config::kColBlocks + blk] = s;
     } else {
@@ -322,16 +320,15 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
         b[i] = smem.tile[r][(blk * Config::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
       }
       const bool row_in = r < rows;
-      smem.row_atom[atom + j * kRowStep * 16] = rowwise_block<Math, !kGrouped>(
-          b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
-          row_in && (pair + 1) * kBlock < cols);
+      smem.row_atom[atom + j * kRowStep * 16] =
+          rowwise_block<Math>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
+                              row_in && (pair + 1) * kBlock < cols);
     }
   }
   __syncthreads();
   // ---- colwise ----
   if constexpr (kColwise) {
-    colwise_blocks<Math, kCol, !kGrouped>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols,
-                                          smem.col_atom);
+    colwise_blocks<Math, kCol>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols, smem.col_atom);
   }
   __syncthreads();
   // ---- scales ----

@@ -256,9 +256,9 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       const BlockScale bs = scale_of<kT, kTiles, kRule>(w, smem, row / kBlock, blk);
       uint4 q[2];
       convert_block<kT>(w, bs, q);
-      store_block_pair<true>(p.q_row + rowwise_pair(t, warp, lane, j, p.N, p.K), q,
-                             rowwise_store_ok(t, warp, lane, j, 0),
-                             rowwise_store_ok(t, warp, lane, j, 1));
+      store_block_pair(p.q_row + rowwise_pair(t, warp, lane, j, p.N, p.K), q,
+                       rowwise_store_ok(t, warp, lane, j, 0),
+                       rowwise_store_ok(t, warp, lane, j, 1));
       smem.row_atom[atom_offset<unsigned>(row, blk)] = row_scale_ok(t, row, blk) ? bs.s : 0;
     }
   }
@@ -277,9 +277,9 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       const BlockScale bs = scale_of<kT, kTiles, kRule>(w, smem, band, col / kBlock);
       uint4 q[2];
       convert_block<kT>(w, bs, q);
-      store_block_pair<true>(p.q_col + colwise_pair(t, warp, lane, u, p.N, p.K), q,
-                             colwise_store_ok(t, warp, lane, u, 0),
-                             colwise_store_ok(t, warp, lane, u, 1));
+      store_block_pair(p.q_col + colwise_pair(t, warp, lane, u, p.N, p.K), q,
+                       colwise_store_ok(t, warp, lane, u, 0),
+                       colwise_store_ok(t, warp, lane, u, 1));
       smem.col_atom[atom_offset<unsigned>(col, band)] = col_scale_ok(t, col, band) ? bs.s : 0;
     }
   }
