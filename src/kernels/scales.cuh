@@ -29,6 +29,10 @@ __device__ __forceinline__ void store_atom(uint8_t* dst, const uint8_t* atom, in
   ptx::st_global_v4(dst + lane * 16, reinterpret_cast<const uint4*>(atom)[lane]);
 }
 
+// The 32-row slots of an atom: slot s of atom row r holds row r + 32 s, so 4 rows share one 16-byte
+// atom row.
+constexpr int kAtomSlots = kAtomRows / kBlock;
+
 // Where one 32-row chunk of a tile's rows (M-groups), or one 32-token scale column (K-groups),
 // goes: its destination atom and its slot there (-1: not placed), and whether it ends its segment
 // or group (it then zeroes the atom's remaining slots, which are padding).
@@ -131,7 +135,7 @@ __device__ __forceinline__ void store_row_chunks(uint8_t* s_row, const uint8_t* 
   if (p.slot < 0) return;
   auto* dst = reinterpret_cast<uint32_t*>(s_row + p.atom) + 4 * i;
   dst[p.slot] = reinterpret_cast<const uint32_t*>(row_atom)[4 * i + c];
-  for (int s = p.slot + 1; p.pads && s < kAtomRows / kBlock; ++s) dst[s] = 0;
+  for (int s = p.slot + 1; p.pads && s < kAtomSlots; ++s) dst[s] = 0;
 }
 // Colwise, a thread per scale row k: threads 4j..4j+3 take rows j, j+32, j+64, j+96, whose slots
 // lie 4 bytes apart in one 16-byte atom row, so a warp's byte stores of one chunk fill 128
@@ -139,9 +143,8 @@ __device__ __forceinline__ void store_row_chunks(uint8_t* s_row, const uint8_t* 
 template <int kChunks, typename Place>
 __device__ __forceinline__ void store_col_chunks(uint8_t* s_col, const uint8_t* col_atom,
                                                  const Place& place) {
-  constexpr int kBands = kAtomRows / kBlock;  // 4 rows share a 16-byte atom row
   const int t = threadIdx.x % kAtomRows;
-  const int k = t % kBands * kBlock + t / kBands;
+  const int k = t % kAtomSlots * kBlock + t / kAtomSlots;
   for (int c = threadIdx.x / kAtomRows; c < kChunks; c += blockDim.x / kAtomRows) {
     const ChunkPlace p = place(c);
     if (p.slot < 0) continue;
