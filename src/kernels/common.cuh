@@ -108,13 +108,31 @@ __device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float 
 
 // ---- data stores ----
 
+// Which launches store their outputs with .cs (streaming): the dense and expert-weight ones. On the
+// H200 that made the dense fused, colwise and weight kernels 2.5-8% faster, while the grouped
+// kernels with .cs were up to 4-9% slower at G = 64 / 256, so they keep plain stores
+// (docs/performance.md, variants).
+template <bool kGrouped>
+constexpr bool kStreamingStores = !kGrouped;
+
+// One 16-byte global store, .cs when kStreaming.
+template <bool kStreaming>
+__device__ __forceinline__ void store16(void* ptr, uint4 v) {
+  if constexpr (kStreaming) {
+    ptx::st_global_cs_v4(ptr, v);
+  } else {
+    ptx::st_global_v4(ptr, v);
+  }
+}
+
 // Lanes 2i and 2i+1 each hold the 32 e4m3 bytes of one block, q[0] and q[1], and their blocks are
 // adjacent in one output row. The lanes exchange half a block so that each 16-byte store of the
 // pair completes one 32-byte sector: the even lane stores its first half and, one block on, its
 // neighbour's first half; the odd lane its neighbour's second half, then its own second half.
 // q_pair = the even lane's block + 16 * (lane is odd); the stores into the pair's first and second
 // block happen only where first / second say the block lies inside the output. Every lane of the
-// warp calls it (shuffles).
+// warp calls it (shuffles). kStreaming: .cs stores (dense and weight launches, see kStreamingStores).
+template <bool kStreaming>
 __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2], bool first,
                                                  bool second) {
   const bool odd = threadIdx.x & 1;
@@ -124,8 +142,8 @@ __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&
   recv.y = __shfl_xor_sync(0xFFFFFFFFu, send.y, 1);
   recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
   recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
-  if (first) ptx::st_global_v4(q_pair, odd ? recv : q[0]);
-  if (second) ptx::st_global_v4(q_pair + kBlock, odd ? q[1] : recv);
+  if (first) store16<kStreaming>(q_pair, odd ? recv : q[0]);
+  if (second) store16<kStreaming>(q_pair + kBlock, odd ? q[1] : recv);
 }
 
 // ---- grouped mode: the groups' segments ----

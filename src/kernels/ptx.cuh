@@ -46,6 +46,14 @@ __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
                : "memory");
 }
 
+// The same 16-byte store with .cs (cache streaming: the data is written once and not read back,
+// so its lines are evicted first).
+__device__ __forceinline__ void st_global_cs_v4(void* ptr, uint4 v) {
+  asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y),
+               "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
 __device__ __forceinline__ void st_global_v2(void* ptr, uint2 v) {
   asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(ptr), "r"(v.x), "r"(v.y) : "memory");
 }

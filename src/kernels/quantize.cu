@@ -183,12 +183,12 @@ struct ProbeMath {
 
 // Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
 // row (the stores into each happen where `first` / `second` say, see store_block_pair).
-template <class Math>
+template <class Math, bool kStreaming>
 __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
                                                  uint8_t* q_pair, bool first, bool second) {
   uint4 q[2];
   const uint8_t s = Math::row(v, q);
-  store_block_pair(q_pair, q, first, second);
+  store_block_pair<kStreaming>(q_pair, q, first, second);
   return s;
 }
 
@@ -199,7 +199,7 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
 // neighbour lanes store whole sectors (store_block_pair) and a warp instruction writes 64 bytes
 // into each of 8 rows. The scale goes to the colwise scale staging (atom layout, or [k][block] for
 // plain scales). rows / cols: how much of the tile lies inside x.
-template <class Math, ColScales kCol>
+template <class Math, ColScales kCol, bool kStreaming>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
                                                int64_t M, int rows, int cols, uint8_t* col_atom) {
   const int warp = threadIdx.x / 32;
@@ -224,8 +224,9 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
     const uint8_t s = Math::col(w, q);
     const bool row_in = k < cols;
     const int pair = blk & ~1;
-    store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
-                     row_in && pair * kBlock < rows, row_in && (pair + 1) * kBlock < rows);
+    store_block_pair<kStreaming>(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
+                                 row_in && pair * kBlock < rows,
+                                 row_in && (pair + 1) * kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
       col_atom[k * Config::kColBlocks + blk] = s;
     } else {
@@ -320,15 +321,16 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
         b[i] = smem.tile[r][(blk * Config::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
       }
       const bool row_in = r < rows;
-      smem.row_atom[atom + j * kRowStep * 16] =
-          rowwise_block<Math>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
-                              row_in && (pair + 1) * kBlock < cols);
+      smem.row_atom[atom + j * kRowStep * 16] = rowwise_block<Math, kStreamingStores<kGrouped>>(
+          b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
+          row_in && (pair + 1) * kBlock < cols);
     }
   }
   __syncthreads();
   // ---- colwise ----
   if constexpr (kColwise) {
-    colwise_blocks<Math, kCol>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols, smem.col_atom);
+    colwise_blocks<Math, kCol, kStreamingStores<kGrouped>>(smem.tile, p.q_col + k0 * p.M + m0, p.M,
+                                                           rows, cols, smem.col_atom);
   }
   __syncthreads();
   // ---- scales ----
@@ -457,8 +459,9 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
     const uint8_t s = quantize_block_f32<kRule>(b, q);
     const int pair = blk & ~1;
     const bool row_in = row < rows;
-    store_block_pair(p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16, q,
-                     row_in && pair * kBlock < cols, row_in && (pair + 1) * kBlock < cols);
+    store_block_pair<kStreamingStores<kGrouped>>(
+        p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16, q,
+        row_in && pair * kBlock < cols, row_in && (pair + 1) * kBlock < cols);
     smem.row_atom[atom_offset<unsigned>(row, blk)] = s;
   }
   __syncthreads();
@@ -476,7 +479,8 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
     uint4 q[2];
     const uint8_t s = quantize_block_f32<kRule>(b, q);
     const bool k_in = k < cols;
-    store_block_pair(p.q_col + (k0 + k) * p.M + m0 + half * 16, q, k_in, k_in && kBlock < rows);
+    store_block_pair<kStreamingStores<kGrouped>>(p.q_col + (k0 + k) * p.M + m0 + half * 16, q, k_in,
+                                                 k_in && kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
       smem.col_atom[k * kAtomCols + half] = s;
     } else {

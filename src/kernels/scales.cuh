@@ -24,9 +24,11 @@ struct ScaleOut {
   int64_t M, K;
 };
 
-// The whole staged atom as 32 16-byte stores by one warp.
+// The whole staged atom as 32 16-byte stores by one warp (.cs for dense launches:
+// kStreamingStores).
+template <bool kStreaming>
 __device__ __forceinline__ void store_atom(uint8_t* dst, const uint8_t* atom, int lane) {
-  ptx::st_global_v4(dst + lane * 16, reinterpret_cast<const uint4*>(atom)[lane]);
+  store16<kStreaming>(dst + lane * 16, reinterpret_cast<const uint4*>(atom)[lane]);
 }
 
 // The 32-row slots of an atom: slot s of atom row r holds row r + 32 s, so 4 rows share one 16-byte
@@ -173,7 +175,8 @@ __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0
     }
   } else if constexpr (kCol == ColScales::kBlocked && kChunks == kAtomCols) {
     if (tid < 32) {
-      store_atom(out.s_col + blocked_offset(k0, m0 / kBlock, out.M / kBlock), col_atom, tid);
+      store_atom<kStreamingStores</*kGrouped=*/false>>(  // blocked s_col: a dense launch
+          out.s_col + blocked_offset(k0, m0 / kBlock, out.M / kBlock), col_atom, tid);
     }
   } else if constexpr (kCol == ColScales::kBlocked) {
     store_col_chunks<kChunks>(out.s_col, col_atom, [&](int c) {
@@ -183,7 +186,9 @@ __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0
     const auto place = [&](int c) { return places.col[c]; };
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
-      if (tid < 32) store_atom(out.s_col + atom, col_atom, tid);
+      if (tid < 32) {
+        store_atom<kStreamingStores</*kGrouped=*/true>>(out.s_col + atom, col_atom, tid);
+      }
     } else {
       store_col_chunks<kChunks>(out.s_col, col_atom, place);
     }
@@ -201,7 +206,8 @@ __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0
   const int last_warp = blockDim.x / 32 - 1;  // warp 0 may be storing the colwise atom
   if constexpr (!kGrouped && kChunks == kAtomCols) {
     if (tid / 32 == last_warp) {
-      store_atom(out.s_row + blocked_offset(m0, k0 / kBlock, scale_cols), row_atom, tid % 32);
+      store_atom<kStreamingStores<kGrouped>>(
+          out.s_row + blocked_offset(m0, k0 / kBlock, scale_cols), row_atom, tid % 32);
     }
   } else if constexpr (!kGrouped) {
     store_row_chunks<kChunks>(out.s_row, row_atom, [&](int c) {
@@ -211,7 +217,9 @@ __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0
     const auto place = [&](int c) { return places.row[c]; };
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
-      if (tid / 32 == last_warp) store_atom(out.s_row + atom, row_atom, tid % 32);
+      if (tid / 32 == last_warp) {
+        store_atom<kStreamingStores<kGrouped>>(out.s_row + atom, row_atom, tid % 32);
+      }
     } else {
       store_row_chunks<kChunks>(out.s_row, row_atom, place);
     }
