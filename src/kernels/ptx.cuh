@@ -34,6 +34,18 @@ __device__ __forceinline__ uint4 ld_global_nc_v4_if(const void* ptr, bool pred) 
   return v;
 }
 
+// cp.async (9.7.9.25.3): 16 bytes global -> shared, asynchronous, L2 only (.cg); with `in` false
+// nothing is read and 16 zero bytes are written (src-size 0).
+__device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem, bool in) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),
+               "r"(in ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.wait_all;" ::: "memory");
+}
+
 // prefetch (9.7.9.15): brings the line holding `ptr` into L1; nothing waits for it.
 __device__ __forceinline__ void prefetch_global_l1(const void* ptr) {
   asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));

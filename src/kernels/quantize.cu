@@ -278,27 +278,22 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   constexpr int kLoadStep = 32 / Config::kChunksPerRow;  // 2 rows per warp instruction
   const bool chunk_in = chunk * Config::kChunk < cols;
   const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
-  uint4 v[Config::kLoads];
-#pragma unroll
-  for (int i = 0; i < Config::kLoads; ++i) {
-    v[i] = chunk_in && row0 + i * kLoadStep < rows ? ptx::ld_global_nc_v4(x + i * kLoadStep * p.K)
-                                                   : make_uint4(0, 0, 0, 0);
-  }
-  if (kGrouped && warp == 0) prefetch_group_offs(p.offs, p.num_groups);
   const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
 #pragma unroll
   for (int i = 0; i < Config::kLoads; ++i) {
     const int row = row0 + i * kLoadStep;
-    smem.tile[row][chunk ^ load_key] = v[i];
+    const bool in = chunk_in && row < rows;
+    ptx::cp_async_cg_16(&smem.tile[row][chunk ^ load_key], in ? x + i * kLoadStep * p.K : p.x, in);
   }
-  __syncwarp();
-  // Grouped: warp 0 plans the tile's scale places (now that its loads are staged, their registers
-  // are free); the other warps go on, the barrier after rowwise publishes the places.
+  // Grouped: warp 0 plans the tile's scale places while its loads are in flight; the other warps
+  // go on, the barrier after rowwise publishes the places.
   __shared__ TilePlaces places;
   if (kGrouped && warp == 0) {
     plan_tile_places<kAtomCols>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
                                 kCol == ColScales::kKGroups);
   }
+  ptx::cp_async_wait_all();
+  __syncwarp();
   // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block
   // b is row 16w + b/4, columns 32*(b%4)..
   if constexpr (kRowwise) {
