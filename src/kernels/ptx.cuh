@@ -34,8 +34,10 @@ __device__ __forceinline__ uint4 ld_global_nc_v4_if(const void* ptr, bool pred) 
   return v;
 }
 
-// cp.async (9.7.9.25.3): 16 bytes global -> shared, asynchronous, L2 only (.cg); with `in` false
-// nothing is read and 16 zero bytes are written (src-size 0).
+// cp.async (non-bulk asynchronous copy): 16 bytes global -> shared, cached in L2 only (.cg); with
+// `in` false nothing is read and 16 zero bytes are written (src-size 0). wait_all: until every
+// cp.async of this thread has completed (its shared-memory writes are then visible to the thread;
+// a barrier makes them visible to others).
 __device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem, bool in) {
   const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem),

@@ -9,11 +9,11 @@
 // all 0x7F.
 //
 // One CTA quantizes one 128x128 tile, which maps to one 512-byte scale atom per axis.
-//   ---- load ----     coalesced 16-byte loads (a warp instruction reads two whole tile rows), 8
-//                      per thread: 32 KiB in flight per CTA, 4 CTAs per SM; staged in shared memory
-//                      (16-byte chunks XOR-swizzled per row so that every access pattern below is
-//                      conflict-free). A partial tile at the edge of x (M or K not a multiple of
-//                      128) stages zeros past the edge.
+//   ---- load ----     coalesced 16-byte cp.async copies straight into shared memory (a warp
+//                      instruction reads two whole tile rows), 8 per thread: 32 KiB in flight per
+//                      CTA, 4 CTAs per SM, no registers holding data; 16-byte chunks XOR-swizzled
+//                      per row so that every access pattern below is conflict-free. A partial tile
+//                      at the edge of x (M or K not a multiple of 128) stages zeros past the edge.
 //   ---- rowwise ----  a thread quantizes two whole 1x32 blocks (amax, scale, convert; no
 //                      shuffles), then swaps half a block with its neighbour lane so that every
 //                      16-byte store completes a 32-byte sector.
@@ -36,9 +36,15 @@
 // - Grouped launches: the two layouts need prefix sums over the groups. In every CTA, warp 0 scans
 //   offs (common.cuh scan_groups: warp scans, no table, no CTA barrier; cheaper than a second
 //   launch) and plans the places of the tile's scale chunks (scales.cuh plan_tile_places) while
-//   the other warps go on with their rows; the barrier after the rowwise phase publishes them.
+//   its own tile loads are in flight and the other warps go on with their rows; the barrier after
+//   the rowwise phase publishes them.
 //   docs/performance.md has what the earlier forms cost (every storing thread searching a shared
 //   table; a table built by the whole CTA with 7 barriers).
+// - The loads are cp.async, not ld.global into registers and st.shared: the same bytes in flight,
+//   but no registers wait for them and no store pass follows, and grouped warp 0's planning hides
+//   behind its loads instead of following them. On the H200 that took fused from 85-88% to 88-92%
+//   of the copy roof, rowwise and colwise alone to ~100% (docs/performance.md).
+// - Dense launches store with .cs (common.cuh kStreamingStores); grouped ones keep plain stores.
 // - q_col is stored straight from registers as whole 32-byte sectors (neighbour lanes exchange
 //   half a block): no transposed staging tile, no extra barrier. This is what took fused from
 //   76-82% to 85-89% of the copy roof on the H200.
