@@ -108,15 +108,11 @@ __device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float 
 
 // ---- data stores ----
 
-// Which launches store their outputs with .cs (streaming): the dense and expert-weight ones. On the
-// H200 that made the dense fused, colwise and weight kernels 2.5-8% faster, while the grouped
-// kernels with .cs were up to 4-9% slower at G = 64 / 256, so they keep plain stores
-// (docs/performance.md, variants).
-template <bool kGrouped>
-constexpr bool kStreamingStores = !kGrouped;
-
-// One 16-byte global store, .cs when kStreaming.
-template <bool kStreaming>
+// One 16-byte global store, .cs (streaming) when kStreaming. Only the expert-weight kernel streams
+// its stores: on the H200 that made it 3-5% faster, while the activation kernels, since their tile
+// loads are cp.async, run as fast or up to 1.2% faster with plain stores (docs/performance.md,
+// variants).
+template <bool kStreaming = false>
 __device__ __forceinline__ void store16(void* ptr, uint4 v) {
   if constexpr (kStreaming) {
     ptx::st_global_cs_v4(ptr, v);
@@ -131,8 +127,8 @@ __device__ __forceinline__ void store16(void* ptr, uint4 v) {
 // neighbour's first half; the odd lane its neighbour's second half, then its own second half.
 // q_pair = the even lane's block + 16 * (lane is odd); the stores into the pair's first and second
 // block happen only where first / second say the block lies inside the output. Every lane of the
-// warp calls it (shuffles). kStreaming: .cs stores (dense and weight launches, see kStreamingStores).
-template <bool kStreaming>
+// warp calls it (shuffles). kStreaming: .cs stores (store16).
+template <bool kStreaming = false>
 __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2], bool first,
                                                  bool second) {
   const bool odd = threadIdx.x & 1;
@@ -184,13 +180,6 @@ __device__ __forceinline__ int32_t warp_inclusive_scan(int32_t v, Op op) {
     if (lane >= d) v = op(v, n);
   }
   return v;
-}
-
-// Issued by the scanning warp well before scan_groups (as its tile loads go out), so that the
-// scan's offs loads hit L1: lane l brings in the line of groups [32l, 32l + 32).
-__device__ __forceinline__ void prefetch_group_offs(const int32_t* offs, int G) {
-  const int lane = threadIdx.x & 31;
-  if (32 * lane < G) ptx::prefetch_global_l1(offs + 32 * lane);
 }
 
 // Every lane of one warp calls it. Passes of 256 groups: lane l owns groups [8l, 8l + 8) of the

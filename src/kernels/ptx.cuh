@@ -11,17 +11,8 @@
 
 namespace mxq::ptx {
 
-// ld (9.7.9.8): 16-byte read-only global load that does not allocate in L1 (x is streamed exactly
-// once).
-__device__ __forceinline__ uint4 ld_global_nc_v4(const void* ptr) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(ptr));
-  return v;
-}
-
-// The same load under a predicate: 16 zero bytes when `pred` is false (nothing is read then).
+// ld (9.7.9.8): 16-byte read-only global load that does not allocate in L1 (the data is streamed
+// exactly once), under a predicate: 16 zero bytes when `pred` is false (nothing is read then).
 __device__ __forceinline__ uint4 ld_global_nc_v4_if(const void* ptr, bool pred) {
   uint4 v;
   asm volatile(
@@ -46,11 +37,6 @@ __device__ __forceinline__ void cp_async_cg_16(void* smem, const void* gmem, boo
 }
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
-// prefetch (9.7.9.15): brings the line holding `ptr` into L1; nothing waits for it.
-__device__ __forceinline__ void prefetch_global_l1(const void* ptr) {
-  asm volatile("prefetch.global.L1 [%0];" ::"l"(ptr));
 }
 
 // st (9.7.9.10): 16- and 8-byte global stores.

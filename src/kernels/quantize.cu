@@ -44,7 +44,7 @@
 //   but no registers wait for them and no store pass follows, and grouped warp 0's planning hides
 //   behind its loads instead of following them. On the H200 that took fused from 85-88% to 88-92%
 //   of the copy roof, rowwise and colwise alone to ~100% (docs/performance.md).
-// - Dense launches store with .cs (common.cuh kStreamingStores); grouped ones keep plain stores.
+// - Plain stores: with the cp.async loads, .cs stores no longer paid here (common.cuh store16).
 // - q_col is stored straight from registers as whole 32-byte sectors (neighbour lanes exchange
 //   half a block): no transposed staging tile, no extra barrier. This is what took fused from
 //   76-82% to 85-89% of the copy roof on the H200.
@@ -189,12 +189,12 @@ struct ProbeMath {
 
 // Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
 // row (the stores into each happen where `first` / `second` say, see store_block_pair).
-template <class Math, bool kStreaming>
+template <class Math>
 __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
                                                  uint8_t* q_pair, bool first, bool second) {
   uint4 q[2];
   const uint8_t s = Math::row(v, q);
-  store_block_pair<kStreaming>(q_pair, q, first, second);
+  store_block_pair(q_pair, q, first, second);
   return s;
 }
 
@@ -205,7 +205,7 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
 // neighbour lanes store whole sectors (store_block_pair) and a warp instruction writes 64 bytes
 // into each of 8 rows. The scale goes to the colwise scale staging (atom layout, or [k][block] for
 // plain scales). rows / cols: how much of the tile lies inside x.
-template <class Math, ColScales kCol, bool kStreaming>
+template <class Math, ColScales kCol>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
                                                int64_t M, int rows, int cols, uint8_t* col_atom) {
   const int warp = threadIdx.x / 32;
@@ -230,9 +230,8 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
     const uint8_t s = Math::col(w, q);
     const bool row_in = k < cols;
     const int pair = blk & ~1;
-    store_block_pair<kStreaming>(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
-                                 row_in && pair * kBlock < rows,
-                                 row_in && (pair + 1) * kBlock < rows);
+    store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
+                     row_in && pair * kBlock < rows, row_in && (pair + 1) * kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
       col_atom[k * Config::kColBlocks + blk] = s;
     } else {
@@ -322,16 +321,15 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
         b[i] = smem.tile[r][(blk * Config::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
       }
       const bool row_in = r < rows;
-      smem.row_atom[atom + j * kRowStep * 16] = rowwise_block<Math, kStreamingStores<kGrouped>>(
-          b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
-          row_in && (pair + 1) * kBlock < cols);
+      smem.row_atom[atom + j * kRowStep * 16] =
+          rowwise_block<Math>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
+                              row_in && (pair + 1) * kBlock < cols);
     }
   }
   __syncthreads();
   // ---- colwise ----
   if constexpr (kColwise) {
-    colwise_blocks<Math, kCol, kStreamingStores<kGrouped>>(smem.tile, p.q_col + k0 * p.M + m0, p.M,
-                                                           rows, cols, smem.col_atom);
+    colwise_blocks<Math, kCol>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols, smem.col_atom);
   }
   __syncthreads();
   // ---- scales ----
@@ -348,8 +346,9 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
 //
 // The same phases on a 64x128 tile (32 KiB, as the 16-bit tile): 64 rows are two 32-row blocks per
 // column, so the tile's scales fill half of each atom and go out per chunk (scales.cuh).
-//   ---- load ----     a warp instruction reads one whole 512-byte tile row; warp w loads rows
-//                      8w..8w+7, exactly the rows its rowwise pass owns.
+//   ---- load ----     cp.async, as in the 16-bit kernel: a warp instruction copies one whole
+//                      512-byte tile row; warp w copies rows 8w..8w+7, exactly the rows its
+//                      rowwise pass owns (cp.async.wait_all and __syncwarp, no CTA barrier).
 //   ---- rowwise ----  lane l of warp w quantizes block l%4 of row 8w + l/4 (8 chunks).
 //   ---- colwise ----  lanes 2j and 2j+1 of warp w take the two 32-row blocks of column 16w + j,
 //                      read with 32 4-byte shared loads, and store them as one q_col row pair.
@@ -422,27 +421,21 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
   const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
 
   // ---- load ----
-  uint4 v[C::kLoads];
   const bool chunk_in = lane * C::kChunk < cols;
 #pragma unroll
   for (int i = 0; i < C::kLoads; ++i) {
     const int row = warp * C::kLoads + i;
-    v[i] = chunk_in && row < rows
-               ? ptx::ld_global_nc_v4(x + (m0 + row) * p.K + k0 + lane * C::kChunk)
-               : make_uint4(0, 0, 0, 0);
+    const bool in = chunk_in && row < rows;
+    ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                        in ? x + (m0 + row) * p.K + k0 + lane * C::kChunk : x, in);
   }
-  if (kGrouped && warp == 0) prefetch_group_offs(p.offs, p.num_groups);
-#pragma unroll
-  for (int i = 0; i < C::kLoads; ++i) {
-    const int row = warp * C::kLoads + i;
-    tile[row][f32_chunk(row, lane)] = v[i];
-  }
-  __syncwarp();
   __shared__ TilePlaces places;
   if (kGrouped && warp == 0) {  // as in the 16-bit kernel
     plan_tile_places<C::kChunks>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
                                  kCol == ColScales::kKGroups);
   }
+  ptx::cp_async_wait_all();
+  __syncwarp();
   // ---- rowwise ----
   if constexpr (kRowwise) {
     const int row = warp * C::kLoads + lane / 4;
@@ -460,9 +453,8 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
     const uint8_t s = quantize_block_f32<kRule>(b, q);
     const int pair = blk & ~1;
     const bool row_in = row < rows;
-    store_block_pair<kStreamingStores<kGrouped>>(
-        p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16, q,
-        row_in && pair * kBlock < cols, row_in && (pair + 1) * kBlock < cols);
+    store_block_pair(p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16, q,
+                     row_in && pair * kBlock < cols, row_in && (pair + 1) * kBlock < cols);
     smem.row_atom[atom_offset<unsigned>(row, blk)] = s;
   }
   __syncthreads();
@@ -480,8 +472,7 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
     uint4 q[2];
     const uint8_t s = quantize_block_f32<kRule>(b, q);
     const bool k_in = k < cols;
-    store_block_pair<kStreamingStores<kGrouped>>(p.q_col + (k0 + k) * p.M + m0 + half * 16, q, k_in,
-                                                 k_in && kBlock < rows);
+    store_block_pair(p.q_col + (k0 + k) * p.M + m0 + half * 16, q, k_in, k_in && kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
       smem.col_atom[k * kAtomCols + half] = s;
     } else {

@@ -257,9 +257,9 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       const BlockScale bs = scale_of<kT, kTiles, kRule>(w, smem, row / kBlock, blk);
       uint4 q[2];
       convert_block<kT>(w, bs, q);
-      store_block_pair<kStreamingStores</*kGrouped=*/false>>(
-          p.q_row + rowwise_pair(t, warp, lane, j, p.N, p.K), q,
-          rowwise_store_ok(t, warp, lane, j, 0), rowwise_store_ok(t, warp, lane, j, 1));
+      store_block_pair</*kStreaming=*/true>(p.q_row + rowwise_pair(t, warp, lane, j, p.N, p.K), q,
+                                            rowwise_store_ok(t, warp, lane, j, 0),
+                                            rowwise_store_ok(t, warp, lane, j, 1));
       smem.row_atom[atom_offset<unsigned>(row, blk)] = row_scale_ok(t, row, blk) ? bs.s : 0;
     }
   }
@@ -278,9 +278,9 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       const BlockScale bs = scale_of<kT, kTiles, kRule>(w, smem, band, col / kBlock);
       uint4 q[2];
       convert_block<kT>(w, bs, q);
-      store_block_pair<kStreamingStores</*kGrouped=*/false>>(
-          p.q_col + colwise_pair(t, warp, lane, u, p.N, p.K), q,
-          colwise_store_ok(t, warp, lane, u, 0), colwise_store_ok(t, warp, lane, u, 1));
+      store_block_pair</*kStreaming=*/true>(p.q_col + colwise_pair(t, warp, lane, u, p.N, p.K), q,
+                                            colwise_store_ok(t, warp, lane, u, 0),
+                                            colwise_store_ok(t, warp, lane, u, 1));
       smem.col_atom[atom_offset<unsigned>(col, band)] = col_scale_ok(t, col, band) ? bs.s : 0;
     }
   }
@@ -289,14 +289,12 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
   // ---- scales ----
   if constexpr (kColwise) {
     if (warp == 0) {
-      store_atom<kStreamingStores</*kGrouped=*/false>>(p.s_col + s_col_atom(t, p.N, p.K),
-                                                       smem.col_atom, lane);
+      store_atom</*kStreaming=*/true>(p.s_col + s_col_atom(t, p.N, p.K), smem.col_atom, lane);
     }
   }
   if constexpr (kRowwise) {
     if (warp == kWarps - 1) {
-      store_atom<kStreamingStores</*kGrouped=*/false>>(p.s_row + s_row_atom(t, p.N, p.K),
-                                                       smem.row_atom, lane);
+      store_atom</*kStreaming=*/true>(p.s_row + s_row_atom(t, p.N, p.K), smem.row_atom, lane);
     }
   }
 }

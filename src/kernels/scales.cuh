@@ -24,9 +24,8 @@ struct ScaleOut {
   int64_t M, K;
 };
 
-// The whole staged atom as 32 16-byte stores by one warp (.cs for dense launches:
-// kStreamingStores).
-template <bool kStreaming>
+// The whole staged atom as 32 16-byte stores by one warp (.cs when kStreaming: store16).
+template <bool kStreaming = false>
 __device__ __forceinline__ void store_atom(uint8_t* dst, const uint8_t* atom, int lane) {
   store16<kStreaming>(dst + lane * 16, reinterpret_cast<const uint4*>(atom)[lane]);
 }
@@ -175,8 +174,7 @@ __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0
     }
   } else if constexpr (kCol == ColScales::kBlocked && kChunks == kAtomCols) {
     if (tid < 32) {
-      store_atom<kStreamingStores</*kGrouped=*/false>>(  // blocked s_col: a dense launch
-          out.s_col + blocked_offset(k0, m0 / kBlock, out.M / kBlock), col_atom, tid);
+      store_atom(out.s_col + blocked_offset(k0, m0 / kBlock, out.M / kBlock), col_atom, tid);
     }
   } else if constexpr (kCol == ColScales::kBlocked) {
     store_col_chunks<kChunks>(out.s_col, col_atom, [&](int c) {
@@ -187,7 +185,7 @@ __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
       if (tid < 32) {
-        store_atom<kStreamingStores</*kGrouped=*/true>>(out.s_col + atom, col_atom, tid);
+        store_atom(out.s_col + atom, col_atom, tid);
       }
     } else {
       store_col_chunks<kChunks>(out.s_col, col_atom, place);
@@ -206,8 +204,7 @@ __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0
   const int last_warp = blockDim.x / 32 - 1;  // warp 0 may be storing the colwise atom
   if constexpr (!kGrouped && kChunks == kAtomCols) {
     if (tid / 32 == last_warp) {
-      store_atom<kStreamingStores<kGrouped>>(
-          out.s_row + blocked_offset(m0, k0 / kBlock, scale_cols), row_atom, tid % 32);
+      store_atom(out.s_row + blocked_offset(m0, k0 / kBlock, scale_cols), row_atom, tid % 32);
     }
   } else if constexpr (!kGrouped) {
     store_row_chunks<kChunks>(out.s_row, row_atom, [&](int c) {
@@ -218,7 +215,7 @@ __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
       if (tid / 32 == last_warp) {
-        store_atom<kStreamingStores<kGrouped>>(out.s_row + atom, row_atom, tid % 32);
+        store_atom(out.s_row + atom, row_atom, tid % 32);
       }
     } else {
       store_row_chunks<kChunks>(out.s_row, row_atom, place);
