@@ -110,7 +110,7 @@ __device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float 
 
 // One 16-byte global store, .cs (streaming) when kStreaming. Only the expert-weight kernel streams
 // its stores: on the H200 that made it 3-5% faster, while the activation kernels, since their tile
-// loads are cp.async, run as fast or up to 1.2% faster with plain stores (docs/performance.md,
+// loads are cp.async, run as fast with plain stores, fused dense 1-2% faster (docs/performance.md,
 // variants).
 template <bool kStreaming = false>
 __device__ __forceinline__ void store16(void* ptr, uint4 v) {
