@@ -184,9 +184,7 @@ __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0
     const auto place = [&](int c) { return places.col[c]; };
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
-      if (tid < 32) {
-        store_atom(out.s_col + atom, col_atom, tid);
-      }
+      if (tid < 32) store_atom(out.s_col + atom, col_atom, tid);
     } else {
       store_col_chunks<kChunks>(out.s_col, col_atom, place);
     }
@@ -214,9 +212,7 @@ __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0
     const auto place = [&](int c) { return places.row[c]; };
     int64_t atom;
     if (kChunks == kAtomCols && whole_atom(place, &atom)) {
-      if (tid / 32 == last_warp) {
-        store_atom(out.s_row + atom, row_atom, tid % 32);
-      }
+      if (tid / 32 == last_warp) store_atom(out.s_row + atom, row_atom, tid % 32);
     } else {
       store_row_chunks<kChunks>(out.s_row, row_atom, place);
     }
