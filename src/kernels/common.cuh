@@ -121,13 +121,14 @@ __device__ __forceinline__ void store16(void* ptr, uint4 v) {
   }
 }
 
-// Lanes 2i and 2i+1 each hold the 32 e4m3 bytes of one block, q[0] and q[1], and their blocks are
-// adjacent in one output row. The lanes exchange half a block so that each 16-byte store of the
-// pair completes one 32-byte sector: the even lane stores its first half and, one block on, its
-// neighbour's first half; the odd lane its neighbour's second half, then its own second half.
-// q_pair = the even lane's block + 16 * (lane is odd); the stores into the pair's first and second
-// block happen only where first / second say the block lies inside the output. Every lane of the
-// warp calls it (shuffles). kStreaming: .cs stores (store16).
+// Lanes 2i and 2i+1 each hold 32 bytes, q[0] and q[1] (the e4m3 bytes of one block, or dequantize's
+// 16 bf16 of half a block), and their pieces are adjacent in one output row. The lanes exchange
+// half a piece so that each 16-byte store of the pair completes one 32-byte sector: the even lane
+// stores its first half and, one piece on, its neighbour's first half; the odd lane its
+// neighbour's second half, then its own second half. q_pair = the even lane's piece + 16 * (lane is
+// odd); the stores into the pair's first and second piece happen only where first / second say the
+// piece lies inside the output. Every lane of the warp calls it (shuffles). kStreaming: .cs stores
+// (store16).
 template <bool kStreaming = false>
 __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&q)[2], bool first,
                                                  bool second) {
@@ -139,7 +140,7 @@ __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&
   recv.z = __shfl_xor_sync(0xFFFFFFFFu, send.z, 1);
   recv.w = __shfl_xor_sync(0xFFFFFFFFu, send.w, 1);
   if (first) store16<kStreaming>(q_pair, odd ? recv : q[0]);
-  if (second) store16<kStreaming>(q_pair + kBlock, odd ? q[1] : recv);
+  if (second) store16<kStreaming>(q_pair + sizeof(q), odd ? q[1] : recv);
 }
 
 // ---- grouped mode: the groups' segments ----
@@ -182,14 +183,14 @@ __device__ __forceinline__ int32_t warp_inclusive_scan(int32_t v, Op op) {
   return v;
 }
 
-// Every lane of one warp calls it. Passes of 256 groups: lane l owns groups [8l, 8l + 8) of the
-// pass (its loads all in flight at once); warp scans give the ends (running max) and the two
-// prefix sums, carried from pass to pass. visit(segment) runs on the owning lane for every group,
-// then on lane 0 for the tail. Returns the tail segment (its row_atom and col_base: the totals).
-template <typename Visit>
-__device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64_t M,
-                                               Visit&& visit) {
-  constexpr int kPer = 8;
+// Every lane of one warp calls it. Passes of 32 * kPer groups: lane l owns groups
+// [kPer l, kPer l + kPer) of the pass (its loads all in flight at once); warp scans give the ends
+// (running max) and the two prefix sums, carried from pass to pass. visit(segment) runs on the
+// owning lane for every group, then on lane 0 for the tail. Returns the tail segment (its row_atom
+// and col_base: the totals).
+template <int kPer, typename Visit>
+__device__ __forceinline__ Segment scan_groups_by(const int32_t* offs, int G, int64_t M,
+                                                  Visit&& visit) {
   constexpr int kPass = 32 * kPer;
   const int lane = threadIdx.x & 31;
   const auto max_op = [](int32_t a, int32_t b) { return max(a, b); };
@@ -240,6 +241,17 @@ __device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64
   const Segment tail{last_end, M, rows_done, cols_done, true};
   if (lane == 0) visit(tail);
   return tail;
+}
+
+// The scan with as few groups per lane as G allows: its sequential part (a lane's groups, one after
+// another) is kPer deep, and every grouped CTA's planning waits for it (G <= 64 on the H200:
+// grouped kernels 1-7% faster than 8 per lane, 512x4096 up to 26%; docs/performance.md).
+template <typename Visit>
+__device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64_t M,
+                                               Visit&& visit) {
+  if (G <= 32) return scan_groups_by<1>(offs, G, M, visit);
+  if (G <= 64) return scan_groups_by<2>(offs, G, M, visit);
+  return scan_groups_by<8>(offs, G, M, visit);
 }
 
 // The segment holding each of the kChunks 32-row chunks [m0 + 32c, m0 + 32c + 32) that lie below M,

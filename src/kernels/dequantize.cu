@@ -7,7 +7,10 @@
 // One CTA per 128x128 tile (partial at the edges: rows and cols are multiples of 32): each thread
 // loads four 16-byte chunks (16 elements, half a block) and their scales, then converts each into
 // 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
-// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's. Grouped
+// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's — and
+// stores them with its neighbour lane (common.cuh store_block_pair), so that every 16-byte store
+// completes a 32-byte sector: 5-15% faster than each lane storing its own 32 bytes, which left
+// every store instruction half of 32 sectors (docs/performance.md, variants). Grouped
 // tiles look up each 32-token chunk's atom and slot once, from one warp's scan of offs (common.cuh
 // locate_chunks, through scales.cuh plan_tile_places).
 #include <cuda_runtime.h>
@@ -114,11 +117,14 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     const int idx = i * DequantConfig::kThreads + threadIdx.x;
     const int64_t r = r0 + idx / DequantConfig::kChunksPerRow;
     const int64_t c = c0 + idx % DequantConfig::kChunksPerRow * DequantConfig::kChunk;
-    if (r >= p.rows || c >= p.cols) continue;
-    uint4 out[2] = {};  // a token past the last group: +0
-    if (placed[i]) dequantize_chunk(q[i], s[i], out);
-    ptx::st_global_v4(p.out + r * p.cols + c, out[0]);
-    ptx::st_global_v4(p.out + r * p.cols + c + 8, out[1]);
+    const bool in = r < p.rows && c < p.cols;  // the same for both lanes of a pair (32-multiples)
+    uint4 out[2] = {};                         // a token past the last group: +0
+    if (in && placed[i]) dequantize_chunk(q[i], s[i], out);
+    // Lanes 2j and 2j+1 hold the two 32-byte halves of one 64-byte row piece: whole sectors.
+    const unsigned odd = threadIdx.x & 1;
+    const int64_t c_pair = c - odd * DequantConfig::kChunk;
+    auto* pair = reinterpret_cast<uint8_t*>(p.out + r * p.cols + c_pair);
+    store_block_pair(pair + 16 * odd, out, in, in);
   }
 }
 
