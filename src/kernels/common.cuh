@@ -245,7 +245,7 @@ __device__ __forceinline__ Segment scan_groups_by(const int32_t* offs, int G, in
 
 // The scan with as few groups per lane as G allows: its sequential part (a lane's groups, one after
 // another) is kPer deep, and every grouped CTA's planning waits for it (G <= 64 on the H200:
-// grouped kernels 1-7% faster than 8 per lane, 512x4096 up to 26%; docs/performance.md).
+// grouped kernels up to 10% faster than with 8 per lane, 512x4096 up to 26%; docs/performance.md).
 template <typename Visit>
 __device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64_t M,
                                                Visit&& visit) {
