@@ -2,9 +2,10 @@
 //   GpuOps       dense: each path x small/medium shapes x every input family x both rounding rules
 //   GpuGrouped   every path with offs (32-aligned groups; rowwise only with the M-groups s_row,
 //                colwise only with the K-groups s_col, fused, composed): G = 1, 4, 8, 64, 300,
-//                1024 (the kernels scan offs in passes of 256 groups), empty
-//                groups, a tail, full cover, all tail; the status word written 0, both grouped
-//                scale layouts also against their torchao-style rearrangements
+//                1024 (the scan's three forms: one group per lane, two, eight in passes of 256
+//                groups; common.cuh scan_groups), empty groups, a tail, full cover, all tail;
+//                the status word written 0, both grouped scale layouts also against their
+//                torchao-style rearrangements
 //   GpuTargeted  constructed inputs: RCEIL cutoff neighbours, scale boundaries, scale byte 0,
 //                Inf/NaN footprints, mixed magnitudes, the docs/numerics.md §4 table (also checked
 //                against the table itself), and a sweep of every bf16 pattern against most scales
