@@ -119,6 +119,9 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     const int64_t c = c0 + idx % DequantConfig::kChunksPerRow * DequantConfig::kChunk;
     const bool in = r < p.rows && c < p.cols;  // the same for both lanes of a pair (32-multiples)
     uint4 out[2] = {};                         // a token past the last group: +0
+    // placed[i] implies in; the redundant test keeps the grouped kernels at the 56 registers that
+    // were measured (without it ptxas takes 48, 5 CTAs per SM, which a related variant measured
+    // 6-14% slower for grouped launches: docs/performance.md).
     if (in && placed[i]) dequantize_chunk(q[i], s[i], out);
     // Lanes 2j and 2j+1 hold the two 32-byte halves of one 64-byte row piece: whole sectors.
     const unsigned odd = threadIdx.x & 1;
