@@ -4,9 +4,13 @@
 // dequantize to +0. Used by the emulated MXFP8 GEMM below SM100 and by round-trip tests; not on the
 // quantization hot path.
 //
-// One CTA per 128x128 tile (partial at the edges: rows and cols are multiples of 32): each thread
-// loads four 16-byte chunks (16 elements, half a block) and their scales, then converts each into
-// 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
+// Work comes in 16-byte chunks (16 codes, half a block). The blocked (dense) layout takes the codes
+// as one flat run of chunks, two per thread, so no CTA is a partial tile: on the H200 a ragged
+// 8160x2880 ran at 0.95 of its aligned neighbour's TB/s with 128x128 tiles, whose last column tile
+// is half empty there, and at 0.99 flat (docs/performance.md). The grouped layouts take one CTA per
+// 128x128 tile (partial at the edges: rows and cols are multiples of 32), four chunks per thread,
+// since a tile's 32-token chunks share their scale places. Each thread loads its chunks and their
+// scales, then converts each into 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
 // dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's — and
 // stores them with its neighbour lane (common.cuh store_block_pair), so that every 16-byte store
 // completes a 32-byte sector: dense 6-15% and grouped 3-6% faster on the H200 than each lane
@@ -24,8 +28,9 @@ namespace mxq::kernels {
 struct DequantConfig {
   static constexpr int kThreads = 256;
   static constexpr int kChunk = 16;                                // e4m3 per 16-byte load
-  static constexpr int kChunksPerRow = kTile / kChunk;             // 8
-  static constexpr int kLoads = kTile * kChunksPerRow / kThreads;  // 4
+  static constexpr int kChunksPerRow = kTile / kChunk;             // 8 (grouped tiles)
+  static constexpr int kLoads = kTile * kChunksPerRow / kThreads;  // 4 (grouped tiles)
+  static constexpr int kFlatLoads = 2;                             // blocked: 2 (4 ran 1% slower)
   static_assert(kBlock % kChunk == 0, "a chunk lies in one block");
 };
 
@@ -61,10 +66,44 @@ __device__ __forceinline__ void dequantize_chunk(const uint4 q, const uint8_t s,
   }
 }
 
+// Blocked layout: chunk i of the flat run is row i / (cols / 16); `Index` is uint32_t up to 2^32
+// chunks (every shape of a 141 GB GPU, whose output alone would be 128 GiB at 2^32) and int64_t past.
+template <typename Index>
+__global__ void __launch_bounds__(DequantConfig::kThreads)
+    dequantize_blocked_kernel(const DequantKernelParams p) {
+  constexpr int kLoads = DequantConfig::kFlatLoads;
+  const auto chunks_per_row = Index(p.cols / DequantConfig::kChunk);
+  const Index chunks = Index(p.rows) * chunks_per_row;
+  const Index first = Index(blockIdx.x) * DequantConfig::kThreads * kLoads + threadIdx.x;
+  uint4 q[kLoads];
+  uint8_t s[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const Index chunk = first + i * DequantConfig::kThreads;
+    const bool in = chunk < chunks;
+    const Index r = chunk / chunks_per_row;
+    const Index c = (chunk - r * chunks_per_row) * DequantConfig::kChunk;
+    q[i] = ptx::ld_global_nc_v4_if(p.q + (in ? int64_t(chunk) * DequantConfig::kChunk : 0), in);
+    s[i] = in ? p.scales[blocked_offset(int64_t(r), int64_t(c) / kBlock, p.cols / kBlock)] : 0;
+  }
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const Index chunk = first + i * DequantConfig::kThreads;
+    const bool in = chunk < chunks;  // the same for both lanes of a pair (chunks is even)
+    uint4 out[2] = {};
+    if (in) dequantize_chunk(q[i], s[i], out);
+    // Lanes 2j and 2j+1 hold chunks 2j and 2j+1 of one row (cols / 16 is even): whole sectors.
+    const unsigned odd = threadIdx.x & 1;
+    auto* pair = reinterpret_cast<uint8_t*>(p.out + int64_t(chunk - odd) * DequantConfig::kChunk);
+    store_block_pair(pair + 16 * odd, out, in, in);
+  }
+}
+
+// The grouped layouts, one 128x128 tile per CTA.
 template <ScaleLayout kLayout>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
-    dequantize_kernel(const DequantKernelParams p) {
-  constexpr bool kGrouped = kLayout != ScaleLayout::kBlocked;
+    dequantize_grouped_kernel(const DequantKernelParams p) {
+  static_assert(kLayout != ScaleLayout::kBlocked, "the blocked layout has its own kernel");
   const int64_t col_tiles = ceil_div(p.cols, kTile);
   const int64_t r0 = blockIdx.x / col_tiles * kTile;
   const int64_t c0 = blockIdx.x % col_tiles * kTile;
@@ -74,19 +113,17 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
   constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
   __shared__ TilePlaces places;
   const ChunkPlace* chunk_place = kRowsAreTokens ? places.row : places.col;
-  if constexpr (kGrouped) {
-    const int64_t tokens = kRowsAreTokens ? p.rows : p.cols;
-    const int warp = threadIdx.x / 32;
-    if (warp == 0) {
-      plan_tile_places<kAtomCols>(places, p.offs, p.num_groups, tokens, kRowsAreTokens ? r0 : c0,
-                                  kRowsAreTokens ? c0 : r0, kRowsAreTokens ? p.cols : p.rows,
-                                  kRowsAreTokens, !kRowsAreTokens);
-    } else if (warp == 1 && blockIdx.x == 0 && p.status != nullptr) {
-      const int32_t bits = offs_status_warp(p.offs, p.num_groups, tokens);
-      if (threadIdx.x == 32) *p.status = bits;
-    }
-    __syncthreads();
+  const int64_t tokens = kRowsAreTokens ? p.rows : p.cols;
+  const int warp = threadIdx.x / 32;
+  if (warp == 0) {
+    plan_tile_places<kAtomCols>(places, p.offs, p.num_groups, tokens, kRowsAreTokens ? r0 : c0,
+                                kRowsAreTokens ? c0 : r0, kRowsAreTokens ? p.cols : p.rows,
+                                kRowsAreTokens, !kRowsAreTokens);
+  } else if (warp == 1 && blockIdx.x == 0 && p.status != nullptr) {
+    const int32_t bits = offs_status_warp(p.offs, p.num_groups, tokens);
+    if (threadIdx.x == 32) *p.status = bits;
   }
+  __syncthreads();
   // All of the thread's loads first (data and scales in flight together), then convert and store.
   uint4 q[DequantConfig::kLoads];
   uint8_t s[DequantConfig::kLoads];
@@ -105,11 +142,9 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
       const ChunkPlace place = chunk_place[(c - c0) / kBlock];
       placed[i] = place.slot >= 0;
       if (placed[i]) s[i] = p.scales[place.atom + atom_offset<int64_t>(r, 0) + place.slot];
-    } else if constexpr (kLayout == ScaleLayout::kMGroups) {
+    } else {
       const ChunkPlace place = chunk_place[(r - r0) / kBlock];  // every row has a segment
       s[i] = p.scales[place.atom + (r % kBlock) * 16 + place.slot * 4 + (c / kBlock) % kAtomCols];
-    } else {
-      s[i] = p.scales[blocked_offset(r, c / kBlock, p.cols / kBlock)];
     }
   }
 #pragma unroll
@@ -145,18 +180,27 @@ void launch_dequantize(const DequantizeParams& p) {
                               static_cast<int>(p.num_groups),
                               static_cast<uint16_t*>(p.out),
                               p.status};
-  const int64_t grid = ceil_div(p.rows, kTile) * ceil_div(p.cols, kTile);
-  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
+  const int64_t chunks = p.rows * (p.cols / DequantConfig::kChunk);
+  const int64_t grid =
+      p.layout == ScaleLayout::kBlocked
+          ? ceil_div(chunks, int64_t(DequantConfig::kThreads) * DequantConfig::kFlatLoads)
+          : ceil_div(p.rows, kTile) * ceil_div(p.cols, kTile);
+  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many CTAs for one launch: ", grid);
   const auto ctas = static_cast<unsigned>(grid);
+  constexpr int kThreads = DequantConfig::kThreads;
   switch (p.layout) {
     case ScaleLayout::kBlocked:
-      dequantize_kernel<ScaleLayout::kBlocked><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
+      if (chunks <= int64_t(UINT32_MAX)) {
+        dequantize_blocked_kernel<uint32_t><<<ctas, kThreads, 0, p.stream>>>(k);
+      } else {
+        dequantize_blocked_kernel<int64_t><<<ctas, kThreads, 0, p.stream>>>(k);
+      }
       break;
     case ScaleLayout::kMGroups:
-      dequantize_kernel<ScaleLayout::kMGroups><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
+      dequantize_grouped_kernel<ScaleLayout::kMGroups><<<ctas, kThreads, 0, p.stream>>>(k);
       break;
     case ScaleLayout::kKGroups:
-      dequantize_kernel<ScaleLayout::kKGroups><<<ctas, DequantConfig::kThreads, 0, p.stream>>>(k);
+      dequantize_grouped_kernel<ScaleLayout::kKGroups><<<ctas, kThreads, 0, p.stream>>>(k);
       break;
   }
   MXQ_CHECK_CUDA(cudaGetLastError());
