@@ -9,7 +9,9 @@
 //     with both, composed is mxq::quantize_composed, dequantize reads what composed wrote, weight is
 //     mxq::quantize_weight on W (G, N, K); grouped cases pass offs (M-groups s_row, K-groups s_col);
 //     probe is mxq::bench::quantize_probe, the fused kernel's bytes with a stand-in for the math
-//     (main set, dense bf16 only, right after fused: the design's ceiling beside the kernel);
+//     (the design's ceiling beside the kernel), and copy a plain copy kernel of x's bytes (the
+//     shape's own ceiling: at a latency-bound size even a copy is far below the roof), both in the
+//     main set only, dense bf16, right after fused;
 //   - per-call time = median over `replays` timed graph replays (after `warmup`) of replay time
 //     divided by calls;
 //   - bytes come from traffic.h; the roof is cudaMemcpyAsync device-to-device, bytes read +
@@ -329,9 +331,10 @@ constexpr WeightShape kWeightShapes[] = {
     {8, 4096, 7168}, {64, 1536, 5120}, {128, 768, 2048}, {1, 7168, 2048}};
 constexpr Op kActivationOps[] = {Op::kRowwise, Op::kColwise, Op::kFused, Op::kComposed,
                                  Op::kDequantize};
-// The main set's dense bf16 cases add the probe right after fused, so its row sits beside fused's.
-constexpr Op kMainDenseBf16Ops[] = {Op::kRowwise, Op::kColwise,  Op::kFused,
-                                    Op::kProbe,   Op::kComposed, Op::kDequantize};
+// The main set's dense bf16 cases add the probe and the copy right after fused, so their rows sit
+// beside fused's.
+constexpr Op kMainDenseBf16Ops[] = {Op::kRowwise, Op::kColwise,  Op::kFused,     Op::kProbe,
+                                    Op::kCopy,    Op::kComposed, Op::kDequantize};
 
 // ---- device buffers of one activation workspace (shape, dtype) ----
 
@@ -546,6 +549,9 @@ void launch_op(Op op, const RunContext& c, const BufferSet& b) {
       return quantize_composed(quantize_params(c, b, b, true, true), b.workspace.get());
     case Op::kProbe:
       return bench::quantize_probe(quantize_params(c, b, b, true, true));
+    case Op::kCopy:
+      // bf16 only (the cases say so): x's bytes are q_row's and q_col's together.
+      return copy_halves(b.x.get(), b.q_row.get(), b.q_col.get(), 2 * M * K, c.stream);
     case Op::kDequantize: {
       // Dense: the forward operand (q_row, blocked s_row). Grouped: the wgrad operand (q_col,
       // K-groups s_col).
@@ -828,11 +834,12 @@ void check_options(const BenchOptions& o, const std::vector<BenchCase>& cases) {
     }
   }
   if (cases.empty()) {
-    const bool probe = std::find(o.ops.begin(), o.ops.end(), Op::kProbe) != o.ops.end();
+    const bool ceiling = std::any_of(o.ops.begin(), o.ops.end(),
+                                     [](Op op) { return op == Op::kProbe || op == Op::kCopy; });
     throw ToolError(
         std::string(
             "nothing to run: no case of the chosen sets (--sets) uses the chosen ops (--ops)") +
-        (probe ? "; probe runs in the main set only, dense, bf16" : ""));
+        (ceiling ? "; probe and copy run in the main set only, dense, bf16" : ""));
   }
 }
 
@@ -987,15 +994,17 @@ struct DualSummary {
   const BenchRow* fused;
   const BenchRow* composed;
   const BenchRow* probe;
+  const BenchRow* copy;
 };
 
-// Fused rows of the main set with their composed and probe partners.
+// Fused rows of the main set with their composed, probe and copy partners.
 std::vector<DualSummary> pair_dual_rows(const std::vector<BenchRow>& rows) {
   std::vector<DualSummary> out;
   for (const BenchRow& f : rows) {
     if (f.c.op != Op::kFused || f.c.set != BenchSet::kMain) continue;
     out.push_back({&f, find_row(rows, f.c.set, Op::kComposed, f.c.shape, f.c.dtype, f.c.grouping),
-                   find_row(rows, f.c.set, Op::kProbe, f.c.shape, f.c.dtype, f.c.grouping)});
+                   find_row(rows, f.c.set, Op::kProbe, f.c.shape, f.c.dtype, f.c.grouping),
+                   find_row(rows, f.c.set, Op::kCopy, f.c.shape, f.c.dtype, f.c.grouping)});
   }
   return out;
 }
@@ -1015,7 +1024,11 @@ void print_summary(const std::vector<BenchRow>& rows, int64_t l2_bytes) {
   std::vector<std::string> header{
       "shape",   "groups",          "fused us",     "composed us",
       "speedup", "fused eff. TB/s", "fused % roof", "composed eff. TB/s"};
+  // The copy's column when the run has copy rows: the shape's own ceiling on the same roof.
+  const bool copies = std::any_of(pairs.begin(), pairs.end(),
+                                  [](const DualSummary& s) { return s.copy != nullptr; });
   if (probes) header.insert(header.end(), {"probe eff. TB/s", "fused % of probe"});
+  if (copies) header.push_back("copy % roof");
   Table t(header);
   std::vector<double> pct;
   for (const DualSummary& s : pairs) {
@@ -1033,6 +1046,7 @@ void print_summary(const std::vector<BenchRow>& rows, int64_t l2_bytes) {
       cells.insert(cells.end(), {s.probe ? fixed(s.probe->effective_tbps(), 3) : "-",
                                  s.probe ? fixed(100.0 * s.probe->us / f.us, 1) : "-"});
     }
+    if (copies) cells.push_back(s.copy ? fixed(s.copy->pct_roof(), 1) : "-");
     t.add(cells);
   }
   std::cout << "\nFused vs composed, main set (effective TB/s = fused bytes / time, ~4.06 B/elem "
@@ -1040,6 +1054,7 @@ void print_summary(const std::vector<BenchRow>& rows, int64_t l2_bytes) {
             << (probes ? "; probe: the fused kernel's data movement without the math, its design's "
                          "ceiling"
                        : "")
+            << (copies ? "; copy: a plain copy kernel of x's bytes, the shape's own ceiling" : "")
             << "):\n"
             << t.str();
   if (!pct.empty()) {
@@ -1387,6 +1402,9 @@ int run_bench(const BenchOptions& o) {
         row = time_case(
             bc, int(sets.size()), [&](int s) { launch_op(bc.op, ctx, sets[size_t(s)]); }, run.roof,
             o, stream.get());
+        // The probe and the copy leave other bytes than MXFP8 in the outputs, which dequantize
+        // reads: valid ones again for the cases after them.
+        if (bc.op == Op::kProbe || bc.op == Op::kCopy) prime_outputs(ctx);
       }
       run.rows.push_back(row);
       std::cout << progress_line(i + 1, cases.size(), run.rows.back()) << "\n" << std::flush;

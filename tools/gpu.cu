@@ -149,6 +149,18 @@ __global__ void count_mismatches_kernel(const uint8_t* a, const uint8_t* b, int6
   if (local != 0) atomicAdd(count, local);
 }
 
+// One 16-byte vector a thread, no loop: the textbook copy, which on the H200 beat grid-stride loops
+// and several vectors a thread at the latency-bound sizes (docs/performance.md, "512x4096").
+__global__ void copy_halves_kernel(const uint4* __restrict__ x, uint4* __restrict__ a,
+                                   uint4* __restrict__ b, int64_t half) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < half) {
+    a[i] = x[i];
+  } else if (i < 2 * half) {
+    b[i - half] = x[i];
+  }
+}
+
 int grid_for(int64_t work, int threads) {
   const int64_t blocks = (work + threads - 1) / threads;
   return static_cast<int>(blocks < 1 ? 1 : (blocks > 65536 ? 65536 : blocks));
@@ -171,6 +183,17 @@ void fill_random(void* x, DType dtype, int64_t n, int64_t cols, uint64_t seed,
       fill_random_kernel<DType::kBFloat16><<<grid, 256, 0, stream>>>(x, n, cols, seed);
       break;
   }
+  MXQ_TOOL_CUDA(cudaGetLastError());
+}
+
+void copy_halves(const void* x, void* a, void* b, int64_t bytes, cudaStream_t stream) {
+  if (bytes % 32 != 0) throw std::logic_error("copy_halves: bytes must be a multiple of 32");
+  const int64_t half = bytes / 32;  // 16-byte vectors in each half
+  constexpr int kThreads = 256;
+  if (half == 0) return;
+  copy_halves_kernel<<<static_cast<unsigned>((2 * half + kThreads - 1) / kThreads), kThreads, 0,
+                       stream>>>(static_cast<const uint4*>(x), static_cast<uint4*>(a),
+                                 static_cast<uint4*>(b), half);
   MXQ_TOOL_CUDA(cudaGetLastError());
 }
 

@@ -1,5 +1,6 @@
 // CUDA helpers of the mxq tool (built only with CUDA): error checks, owning device buffers and
-// events, device facts, and two small kernels (random bf16 fill, byte comparison) in gpu.cu.
+// events, device facts, and three small kernels (random fill, byte comparison, the benchmark's
+// plain copy) in gpu.cu.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -103,6 +104,9 @@ std::string usable_gpu_problem();
 // dtype, rounded to nearest even for bf16 and fp16 (the smallest become fp16 subnormals or signed
 // zeros); never NaN or Inf.
 void fill_random(void* x, DType dtype, int64_t n, int64_t cols, uint64_t seed, cudaStream_t stream);
+// `mxq bench` op "copy": the first half of x's `bytes` into a, the second half into b, by a plain
+// copy kernel (16-byte vectors; bytes a multiple of 32; a, b and x 16-byte aligned).
+void copy_halves(const void* x, void* a, void* b, int64_t bytes, cudaStream_t stream);
 // Number of differing bytes between a and b (synchronizes the stream).
 int64_t count_mismatches(const uint8_t* a, const uint8_t* b, int64_t n, cudaStream_t stream);
 

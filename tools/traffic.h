@@ -12,6 +12,8 @@
 //   colwise     x (xb)                     q_col (1), s_col (blocked/K-groups)   ~3.03
 //   fused       x (xb)                     q_row + q_col (1 + 1), s_row, s_col   ~4.06
 //   probe       the fused kernel's bytes (mxq::bench::quantize_probe: no math)    ~4.06
+//   copy        x (xb)                     x's bytes again, into q_row + q_col      4 (bf16)
+//               (a plain 16-byte copy kernel, no scales: the shape's own copy ceiling)
 //   composed    three kernels: rowwise; colwise writing plain S_col into the
 //               workspace; swizzle reading it back and writing s_col. x is read
 //               twice, plain scales written and read once more              ~6.1
@@ -33,9 +35,10 @@
 namespace mxq::tools {
 
 // kProbe: the fused kernel's data movement with a stand-in for the math (the design's ceiling).
-enum class Op { kRowwise, kColwise, kFused, kComposed, kDequantize, kWeight, kProbe };
+// kCopy: x copied by a plain copy kernel (the shape's ceiling, whatever the design).
+enum class Op { kRowwise, kColwise, kFused, kComposed, kDequantize, kWeight, kProbe, kCopy };
 constexpr Op kAllOps[] = {Op::kRowwise,    Op::kColwise, Op::kFused, Op::kComposed,
-                          Op::kDequantize, Op::kWeight,  Op::kProbe};
+                          Op::kDequantize, Op::kWeight,  Op::kProbe, Op::kCopy};
 
 inline const char* op_name(Op op) {
   switch (op) {
@@ -53,6 +56,8 @@ inline const char* op_name(Op op) {
       return "weight";
     case Op::kProbe:
       return "probe";
+    case Op::kCopy:
+      return "copy";
   }
   return "?";
 }
@@ -97,6 +102,8 @@ inline Traffic op_traffic(Op op, int64_t M, int64_t K, int64_t groups,
     case Op::kDequantize:
       // Output is bf16 whatever the input dtype was.
       return {elems + (groups == 0 ? s_row : s_col), 2 * elems};
+    case Op::kCopy:
+      return {x_bytes, x_bytes};
     case Op::kWeight:
       break;
   }

@@ -250,18 +250,22 @@ class CliTest(unittest.TestCase):
         ):
             self.assertIn(fragment, r.stdout, where)
         self.assertNotIn("swizzle", r.stdout, where)
-        # The probe (the fused kernel's bytes, no math): main set, dense bf16, once per shape, right after fused.
-        probes = [line for line in r.stdout.splitlines() if " probe " in line]
-        self.assertEqual(len(probes), 7, where)
-        for line in probes:
-            self.assertRegex(line, r"\] main    probe      \d+x\d+ +bf16 dense ", where)
-        r = run("bench", "--sets", "main", "--ops", "fused,probe", "--groups", "8", "--list")
+        # The probe (the fused kernel's bytes, no math) and the copy (x's bytes by a plain copy kernel): main set,
+        # dense bf16, once per shape, right after fused.
+        for op in ("probe", "copy"):
+            rows = [line for line in r.stdout.splitlines() if f" {op} " in line]
+            self.assertEqual(len(rows), 7, where)
+            for line in rows:
+                self.assertRegex(line, rf"\] main    {op} +\d+x\d+ +bf16 dense ", where)
+        r = run("bench", "--sets", "main", "--ops", "fused,probe,copy", "--groups", "8", "--list")
         where = self.check_clean(r, 0, prefix="mxq bench:")
         lines = r.stdout.splitlines()
-        self.assertIn("main    fused      8192x2048     bf16 dense", lines[0], where)
-        self.assertIn("main    probe      8192x2048     bf16 dense", lines[1], where)
-        self.assertIn("main    fused      8192x2048     bf16 G=8 ", lines[2], where)
-        self.assertTrue(r.stdout.endswith("\n21 cases\n"), where)
+        self.assertIn("main    fused      8192x2048     bf16 dense          65.00 MiB", lines[0], where)
+        self.assertIn("main    probe      8192x2048     bf16 dense          65.00 MiB", lines[1], where)
+        # x (32 MiB of bf16) read and written once: traffic.h's copy row.
+        self.assertIn("main    copy       8192x2048     bf16 dense          64.00 MiB", lines[2], where)
+        self.assertIn("main    fused      8192x2048     bf16 G=8 ", lines[3], where)
+        self.assertTrue(r.stdout.endswith("\n28 cases\n"), where)
         r = run("bench", "--list")
         cases = int(re.search(r"(\d+) cases\n$", r.stdout).group(1))
         quick = run("bench", "--quick", "--list")
@@ -273,6 +277,7 @@ class CliTest(unittest.TestCase):
         where = self.check_clean(r, 0, prefix="mxq bench:")
         self.assertIn("main    fused      96x2880       fp32 G=2", r.stdout, where)
         self.assertNotIn("probe", r.stdout, where)  # bf16 only
+        self.assertNotIn("copy", r.stdout, where)
         self.assertTrue(r.stdout.endswith("\n10 cases\n"), where)
 
     # ---- option parsing and the other subcommands ----
@@ -304,7 +309,7 @@ class CliTest(unittest.TestCase):
             "probe",
             "--dtype",
             "fp16",
-            fragments=["nothing to run", "probe runs in the main set only, dense, bf16"],
+            fragments=["nothing to run", "probe and copy run in the main set only, dense, bf16"],
             prefix="mxq bench:",
         )
         if not self.gpu:
