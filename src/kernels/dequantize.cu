@@ -67,7 +67,8 @@ __device__ __forceinline__ void dequantize_chunk(const uint4 q, const uint8_t s,
 }
 
 // Blocked layout: chunk i of the flat run is row i / (cols / 16); `Index` is uint32_t up to 2^32
-// chunks (every shape of a 141 GB GPU, whose output alone would be 128 GiB at 2^32) and int64_t past.
+// chunks (every shape of a 141 GB GPU, whose output alone would be 128 GiB at 2^32; the grid's last
+// index, a multiple of 512 less one, stays below 2^32) and int64_t past.
 template <typename Index>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_blocked_kernel(const DequantKernelParams p) {
