@@ -9,14 +9,15 @@
 // 8160x2880 ran at 0.95 of its aligned neighbour's TB/s with 128x128 tiles, whose last column tile
 // is half empty there, and at 0.99 flat (docs/performance.md). The grouped layouts take one CTA per
 // 128x128 tile (partial at the edges: rows and cols are multiples of 32), four chunks per thread,
-// since a tile's 32-token chunks share their scale places. Each thread loads its chunks and their
-// scales, then converts each into 32 bytes — two codes per step through fp16 where that is exact (numerics.h,
-// dequantize_pair_exact), which keeps the kernel at the memory roof instead of the ALU's — and
-// stores them with its neighbour lane (common.cuh store_block_pair), so that every 16-byte store
-// completes a 32-byte sector: dense 6-15% and grouped 3-6% faster on the H200 than each lane
-// storing its own 32 bytes, half of 32 sectors per store instruction (docs/performance.md). Grouped
-// tiles look up each 32-token chunk's atom and slot once, from one warp's scan of offs (common.cuh
-// locate_chunks, through scales.cuh plan_tile_places).
+// since a tile's 32-token chunks share their scale places; each chunk's atom and slot come once
+// from one warp's scan of offs (common.cuh locate_chunks, through scales.cuh plan_tile_places).
+//
+// Each thread loads its chunks and their scales, then converts each into 32 bytes — two codes per
+// step through fp16 where that is exact (numerics.h, dequantize_pair_exact), which keeps the kernel
+// at the memory roof instead of the ALU's — and stores them with its neighbour lane (common.cuh
+// store_block_pair), so that every 16-byte store completes a 32-byte sector: dense 6-15% and
+// grouped 3-6% faster on the H200 than each lane storing its own 32 bytes, half of 32 sectors per
+// store instruction (docs/performance.md).
 #include <cuda_runtime.h>
 
 #include "common.cuh"
