@@ -11,7 +11,8 @@ input dtypes, and expert weights. Dual-axis bars are *effective* TB/s (fused byt
 time) so fused, composed and the peers compare on the same work; the other ops use their own bytes
 (tools/traffic.h). The black tick over each group is the copy roof (cudaMemcpy, bytes read + written) measured
 in the same run; on the dense panel a dashed tick marks the probe (`mxq bench` op "probe": the fused kernel's data
-movement without the math), the design's own ceiling, when the run has it. Reads both result schemas (mxq-bench/1
+movement without the math), the design's own ceiling, and a dotted tick the copy (op "copy": a plain copy kernel
+of x's bytes), the shape's own ceiling, when the run has them. Reads both result schemas (mxq-bench/1
 rows have no set: they are the main set, bf16).
 Needs matplotlib (pip install matplotlib).
 """
@@ -131,13 +132,15 @@ def grouping_label(r: dict) -> str:
     return f"G={r['groups']}" + ("" if kind == "random" else " " + ("skew" if kind == "skewed" else kind))
 
 
-def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12, ceilings=None):
+def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12, ceilings=None, copies=None):
     """Grouped bars: `series` maps a legend name to one value (or None) per label; `roofs` one value per label;
-    `ceilings` (optional) one probe value (or None) per label, drawn as a dashed tick."""
+    `ceilings` and `copies` (optional) one probe or copy value (or None) per label, drawn as a dashed or a dotted
+    tick."""
     import numpy as np
 
     names = [n for n, vals in series.items() if any(v is not None for v in vals)]
     ceilings = ceilings or [None] * len(labels)
+    copies = copies or [None] * len(labels)
     if not names and not any(ceilings):
         ax.set_visible(False)
         return
@@ -170,6 +173,7 @@ def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12, ceilin
 
     ticks(roofs, "copy roof (same run)", colors="black", linewidth=2)
     ticks(ceilings, "probe (design ceiling)", colors="#444444", linestyles="dashed", linewidth=1.5)
+    ticks(copies, "copy (shape ceiling)", colors="#444444", linestyles="dotted", linewidth=1.5)
     ax.set_xticks(x)
     ax.set_xticklabels(labels, fontsize=8)
     ax.set_ylabel(ylabel)
@@ -178,7 +182,7 @@ def draw_groups(ax, labels, series, roofs, ylabel, title, legend_y=-0.12, ceilin
     ax.set_axisbelow(True)
     ax.legend(
         fontsize=7,
-        ncol=len(names) + 1 + any(ceilings),
+        ncol=len(names) + 1 + any(ceilings) + any(copies),
         loc="upper left",
         bbox_to_anchor=(0, legend_y),
         frameon=False,
@@ -191,16 +195,17 @@ def dense_panel(ax, data, by_key, peers):
     ]
     labels = [f"{m}x{k}" for m, k in shapes]
     series = {"mxq fused": [], "mxq composed": [], "torchao Triton": [], "torch.compile": []}
-    roofs, ceilings = [], []
+    roofs, ceilings, copies = [], [], []
     for m, k in shapes:
         fused, composed = by_key.get(("fused", m, k, 0)), by_key.get(("composed", m, k, 0))
-        probe = by_key.get(("probe", m, k, 0))
+        probe, copy = by_key.get(("probe", m, k, 0)), by_key.get(("copy", m, k, 0))
         series["mxq fused"].append(fused["effective_TBps"] if fused else None)
         series["mxq composed"].append(composed["effective_TBps"] if composed else None)
         for peer in ("torchao Triton", "torch.compile"):
             series[peer].append(PEERS_DENSE.get((m, k), {}).get(peer) if peers else None)
         roofs.append((fused or composed or probe)["roof_TBps"])
         ceilings.append(probe["effective_TBps"] if probe else None)
+        copies.append(copy["TBps"] if copy else None)
     draw_groups(
         ax,
         labels,
@@ -209,6 +214,7 @@ def dense_panel(ax, data, by_key, peers):
         "effective TB/s (4.06 B/elem)",
         f"Dense dual-axis MXFP8 (all four outputs), {main_dtype(data['rows'])} in",
         ceilings=ceilings,
+        copies=copies,
     )
 
 
