@@ -550,7 +550,8 @@ void launch_op(Op op, const RunContext& c, const BufferSet& b) {
     case Op::kProbe:
       return bench::quantize_probe(quantize_params(c, b, b, true, true));
     case Op::kCopy:
-      // bf16 only (the cases say so): x's bytes are q_row's and q_col's together.
+      // x's bytes are q_row's and q_col's together for bf16, the only dtype the cases give it.
+      if (c.ws->dtype() != DType::kBFloat16) throw std::logic_error("launch_op: copy is bf16 only");
       return copy_halves(b.x.get(), b.q_row.get(), b.q_col.get(), 2 * M * K, c.stream);
     case Op::kDequantize: {
       // Dense: the forward operand (q_row, blocked s_row). Grouped: the wgrad operand (q_col,
@@ -587,7 +588,7 @@ int min_kernels_per_call(Op op) { return op == Op::kComposed ? 3 : 1; }
 
 struct VerifyResult {
   BenchSet set = BenchSet::kMain;
-  std::string check;  // "fused == composed", or "repeat" (weights: two runs agree)
+  std::string check;  // "fused == composed", "copy == x", or "repeat" (weights: two runs agree)
   std::string shape;  // shape_text()
   DType dtype = DType::kBFloat16;
   Grouping grouping;
@@ -650,6 +651,24 @@ VerifyResult verify_fused_vs_composed(const BenchCase& bc, const RunContext& c) 
     v.mismatches +=
         count_mismatches(outputs[i].first->as(), outputs[i].second->as(), sizes[i], c.stream);
   }
+  return v;
+}
+
+// The copy op moves x's bytes, all of them: q_row and q_col (poisoned first) must hold x's two halves.
+VerifyResult verify_copy(const BenchCase& bc, const RunContext& c) {
+  const BufferSet& a = c.ws->sets()[0];
+  const int64_t half = c.ws->shape().M * c.ws->shape().K;  // bytes: x is bf16
+  VerifyResult v;
+  v.set = bc.set;
+  v.check = "copy == x";
+  v.shape = c.ws->shape().str();
+  v.dtype = c.ws->dtype();
+  v.grouping = c.grouping;
+  poison({&a.q_row, &a.q_col}, kPoisonFused, c.stream);
+  launch_op(Op::kCopy, c, a);
+  v.bytes = 2 * half;
+  v.mismatches = count_mismatches(a.x.as(), a.q_row.as(), half, c.stream) +
+                 count_mismatches(a.x.as() + half, a.q_col.as(), half, c.stream);
   return v;
 }
 
@@ -1397,6 +1416,13 @@ int run_bench(const BenchOptions& o) {
           }
           prime_outputs(ctx);
           block_ready = true;
+        }
+        if (bc.op == Op::kCopy && o.verify) {
+          run.verifies.push_back(verify_copy(bc, ctx));
+          const VerifyResult& v = run.verifies.back();
+          std::cout << "   verify copy == x (" << format_bytes(double(v.bytes))
+                    << "): " << (v.ok() ? "ok" : "FAILED") << " (" << v.mismatches
+                    << " mismatching bytes)\n";
         }
         const auto& sets = ws->sets();
         row = time_case(
