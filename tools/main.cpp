@@ -194,8 +194,9 @@ void add_bench(CLI::App& app, Args& a) {
   bench->add_flag("--list", o.list,
                   "Print the cases the other options select (set, op, shape, dtype, groups, bytes "
                   "moved) and exit; needs no GPU");
-  bench->add_flag("!--no-verify", o.verify,
-                  "Skip the on-device checks (fused == composed; copy == x; weights: two runs agree)");
+  bench->add_flag(
+      "!--no-verify", o.verify,
+      "Skip the on-device checks (fused == composed; copy == x; weights: two runs agree)");
   bench->add_option("--rule", o.rule, "Scale rounding rule")
       ->check(kRuleValidator)
       ->capture_default_str();
