@@ -621,18 +621,24 @@ void poison(std::initializer_list<const DeviceBuffer*> buffers, uint8_t pattern,
   }
 }
 
+// A check of case `bc` on workspace `c`, its fields but the counts filled in.
+VerifyResult new_verify(const BenchCase& bc, const RunContext& c, const char* check) {
+  VerifyResult v;
+  v.set = bc.set;
+  v.check = check;
+  v.shape = c.ws->shape().str();
+  v.dtype = c.ws->dtype();
+  v.grouping = c.grouping;
+  return v;
+}
+
 // Fused writes into set 0's outputs, composed (same input: set 0's x) into set 1's. Only the bytes
 // of this grouping's allocations are compared (the buffers hold the largest of the workspace).
 VerifyResult verify_fused_vs_composed(const BenchCase& bc, const RunContext& c) {
   const BufferSet& a = c.ws->sets()[0];
   const BufferSet& b = c.ws->sets()[1];
   const MatrixShape& s = c.ws->shape();
-  VerifyResult v;
-  v.set = bc.set;
-  v.check = "fused == composed";
-  v.shape = s.str();
-  v.dtype = c.ws->dtype();
-  v.grouping = c.grouping;
+  VerifyResult v = new_verify(bc, c, "fused == composed");
   poison({&a.q_row, &a.s_row, &a.q_col, &a.s_col}, kPoisonFused, c.stream);
   poison({&b.q_row, &b.s_row, &b.q_col, &b.s_col}, kPoisonComposed, c.stream);
   reset_status(c);
@@ -658,12 +664,7 @@ VerifyResult verify_fused_vs_composed(const BenchCase& bc, const RunContext& c) 
 VerifyResult verify_copy(const BenchCase& bc, const RunContext& c) {
   const BufferSet& a = c.ws->sets()[0];
   const int64_t half = c.ws->shape().M * c.ws->shape().K;  // bytes: x is bf16
-  VerifyResult v;
-  v.set = bc.set;
-  v.check = "copy == x";
-  v.shape = c.ws->shape().str();
-  v.dtype = c.ws->dtype();
-  v.grouping = c.grouping;
+  VerifyResult v = new_verify(bc, c, "copy == x");
   poison({&a.q_row, &a.q_col}, kPoisonFused, c.stream);
   launch_op(Op::kCopy, c, a);
   v.bytes = 2 * half;
