@@ -14,12 +14,12 @@ For each shape, on one bf16 tensor x, each row is timed two ways in the same run
 - graph: the same call captured `graph_calls` times into one CUDA graph; replay time between CUDA events /
   graph_calls, median of `repeats` replays: the GPU time per call.
 
-Rows: mxq.quantize(x) (the fused default), torch.ops.mxq.quantize called directly, the composed backend,
-rowwise only, colwise only, and two yardsticks on the same tensor: x.add_(0) (one elementwise kernel; the
+Rows: mxq.quantize(x) (the fused default), the same into preallocated outputs (out=, from the wrapper and from the
+op overload), torch.ops.mxq.quantize called directly, the composed backend, rowwise only, colwise only, and two yardsticks on the same tensor: x.add_(0) (one elementwise kernel; the
 cheapest useful op a user launches) and torch.empty_like(x) (an allocation, no kernel). --breakdown adds eager-only
-rows that split the fused op's cost (breakdown_rows; docs/performance.md, "Eager cost"). The number to watch is
-fused eager / add_ eager per shape: the target is <= 1.5, i.e. mxq.quantize costs a caller at most half again
-what a trivial torch op costs.
+rows that split the fused op's cost (breakdown_rows; docs/performance.md, "Eager cost"). The numbers to watch are
+fused eager / add_ eager per shape, allocating and with out=: the target is <= 1.5, i.e. mxq.quantize costs a
+caller at most half again what a trivial torch op costs.
 
 Writes JSON (--json PATH; default benchmarks/results/eager_<gpu>_<date>.json, `-` for none) with the GPU, torch,
 the mxq commit (MXQ_COMMIT, else `git rev-parse --short HEAD`), the method and, per shape, each row's
@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_SHAPES = "128x4096,512x4096,2048x4096,8192x4096"
 TARGET_RATIO = 1.5
 FUSED = "mxq.quantize(x)"
+FUSED_OUT = "mxq.quantize(x, out=bufs)"
 ADD = "x.add_(0)"
 
 
@@ -125,11 +126,14 @@ def time_graph(torch, fn, graph_calls: int, repeats: int) -> float:
     return statistics.median(samples)
 
 
-def make_rows(torch, mxq, x) -> dict:
-    """The timed calls on one input tensor, by row name."""
+def make_rows(torch, mxq, x, bufs) -> dict:
+    """The timed calls on one input tensor, by row name; ``bufs`` are the outputs the out= rows write."""
     ops = torch.ops.mxq
+    out = dict(zip(mxq.MXTensors._fields, bufs))
     return {
         FUSED: lambda: mxq.quantize(x),
+        FUSED_OUT: lambda: mxq.quantize(x, out=bufs),
+        "torch.ops.mxq.quantize.out": lambda: ops.quantize.out(x, 32, "rceil", None, **out),
         "torch.ops.mxq.quantize": lambda: ops.quantize(x, 32, "rceil", None),
         'mxq.quantize(x, backend="composed")': lambda: mxq.quantize(x, backend="composed"),
         "mxq.quantize(x, colwise=False)": lambda: mxq.quantize(x, colwise=False),
@@ -203,12 +207,18 @@ def main() -> int:
     for M, K in args.shapes:
         torch.manual_seed(0)
         x = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-        rows = make_rows(torch, mxq, x)
+        bufs = mxq.empty_quantized(x)
+        rows = make_rows(torch, mxq, x, bufs)
         verified = None
         if not args.no_verify:
-            verified = same_bytes(torch, mxq.quantize(x), mxq.quantize(x, backend="composed"))
+            fused = mxq.quantize(x)
+            for t in bufs:
+                t.view(torch.uint8).fill_(0xA5)  # poisoned: out= must write every byte
+            verified = same_bytes(torch, fused, mxq.quantize(x, backend="composed")) and same_bytes(
+                torch, fused, mxq.quantize(x, out=bufs)
+            )
             if not verified:
-                print(f"eager.py: {M}x{K}: fused and composed outputs differ", file=sys.stderr)
+                print(f"eager.py: {M}x{K}: fused, out= and composed outputs differ", file=sys.stderr)
                 failed = True
         extra = breakdown_rows(torch, x) if args.breakdown else {}
         eager = time_eager(torch, {**rows, **extra}, args.calls, args.warmup, args.repeats)
@@ -219,6 +229,7 @@ def main() -> int:
         for name in extra:  # eager only: a meta tensor has no GPU time
             timed[name] = [round(eager[name], 3), None]
         ratio = timed[FUSED][0] / timed[ADD][0]
+        ratio_out = timed[FUSED_OUT][0] / timed[ADD][0]
         results.append(
             {
                 "M": M,
@@ -226,10 +237,12 @@ def main() -> int:
                 "rows": timed,
                 "fused_eager_over_add_eager": round(ratio, 3),
                 "meets_target": ratio <= TARGET_RATIO,
-                "fused_equals_composed": verified,
+                "fused_out_eager_over_add_eager": round(ratio_out, 3),
+                "meets_target_with_out": ratio_out <= TARGET_RATIO,
+                "fused_equals_composed_and_out": verified,
             }
         )
-        del rows, extra, x
+        del rows, extra, x, bufs
         torch.cuda.empty_cache()
 
         print(f"\n{M}x{K}")
@@ -238,12 +251,15 @@ def main() -> int:
             rel = f"{eager / graph:.2f}" if graph is not None and graph > 0.05 else "-"
             shown = f"{graph:>10.2f}" if graph is not None else f"{'-':>10}"
             print(f"  {name:<38} {eager:>10.2f} {shown} {rel:>12}")
-        verdict = "ok" if ratio <= TARGET_RATIO else "ABOVE TARGET"
-        print(f"  fused eager / add_ eager = {ratio:.2f} (target <= {TARGET_RATIO}: {verdict})")
+        for label, value in (("fused", ratio), ("fused out=", ratio_out)):
+            verdict = "ok" if value <= TARGET_RATIO else "ABOVE TARGET"
+            print(f"  {label} eager / add_ eager = {value:.2f} (target <= {TARGET_RATIO}: {verdict})")
 
-    print("\nsummary: fused eager / x.add_(0) eager per shape (target <= 1.5)")
+    print(f"\nsummary: eager / x.add_(0) eager per shape (target <= {TARGET_RATIO})")
+    print(f"  {'shape':<12} {'fused':>6} {'out=':>6}")
     for r in results:
-        print(f"  {r['M']}x{r['K']:<8} {r['fused_eager_over_add_eager']:.2f}")
+        shape = f"{r['M']}x{r['K']}"
+        print(f"  {shape:<12} {r['fused_eager_over_add_eager']:>6.2f} {r['fused_out_eager_over_add_eager']:>6.2f}")
 
     if args.json != "-":
         path = Path(args.json) if args.json else default_json_path(gpu)

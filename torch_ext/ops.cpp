@@ -3,6 +3,8 @@
 // to the C++ API (include/mxq/mxq.h) and computes nothing itself:
 //
 //   quantize(x)             -> (q_row, s_row, q_col, s_col)   mxq::quantize, fused (one kernel)
+//   quantize.out(x, *, q_row, s_row, q_col, s_col) -> ()     mxq::quantize into the caller's outputs
+//                              (a pair left out skips its axis; no allocation)
 //   quantize_rowwise(x)     -> (q_row, s_row)                 mxq::quantize, colwise pair null
 //   quantize_colwise(x)     -> (q_col, s_col)                 mxq::quantize, rowwise pair null
 //   quantize_composed(x)    -> (q_row, s_row, q_col, s_col)   mxq::quantize_composed (baseline)
@@ -34,8 +36,10 @@
 // capability or a CUDA failure RuntimeError — the same class and text on CPU and CUDA. Messages
 // start with the op ("mxq.quantize: ...") once.
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 #include <torch/library.h>
 
+#include <array>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -149,8 +153,16 @@ struct Outputs {
   Tensor q_row, s_row, q_col, s_col;
 };
 
-Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& x,
-                      int64_t block_size, c10::string_view scaling_mode, const OptTensor& offs) {
+// What every quantize op checks of its inputs (the core checks the values), and the output shapes
+// from layout.h: q_col's is its logical (M, K), strides (1, M) over the physical (K, M) array.
+struct QuantizeCall {
+  DType dtype;
+  ScaleRounding rounding;
+  std::array<SymInt, 2> q_row, s_row, q_col, s_col;
+};
+
+QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block_size,
+                                  c10::string_view scaling_mode, const OptTensor& offs) {
   const std::optional<DType> dtype = input_dtype(x.scalar_type());
   TORCH_CHECK_TYPE(dtype.has_value(), op, ": x must be bfloat16, float16 or float32, got ",
                    x.scalar_type());
@@ -164,40 +176,30 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
   call_core(op, [&] { rounding = parse_scale_rounding(std::string(scaling_mode)); });
   check_offs(op, offs, x, "x");
 
-  const bool row = variant != Variant::kColwise;
-  const bool col = variant != Variant::kRowwise;
   const SymInt M = x.sym_size(0), K = x.sym_size(1);
   const bool grouped = offs.has_value();
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
-  Outputs o;
-  if (row) {
-    const auto q = q_row_shape(M, K);
-    const auto s = s_row_shape(M, K, G, grouped);
-    o.q_row = empty_output(x, {q.rows, q.cols}, at::kFloat8_e4m3fn);
-    o.s_row = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
-  }
-  if (col) {
-    // Logical (M, K) over the physical row-major (K, M) array: strides (1, M), M = 0 included.
-    const auto q = q_col_shape(M, K);
-    const auto s = s_col_shape(M, K, G, grouped);
-    o.q_col = empty_output(x, {q.cols, q.rows}, at::kFloat8_e4m3fn, {SymInt(1), q.cols});
-    o.s_col = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
-  }
-  if (meta) return o;
+  const auto s_row = s_row_shape(M, K, G, grouped);
+  const auto s_col = s_col_shape(M, K, G, grouped);
+  return {*dtype, rounding, {M, K}, {s_row.rows, s_row.cols}, {M, K}, {s_col.rows, s_col.cols}};
+}
 
+// One core call writing the outputs present in `o` (an absent pair skips its axis).
+void run_quantize(const char* op, Variant variant, const Tensor& x, const QuantizeCall& call,
+                  const OptTensor& offs, const Outputs& o) {
   QuantizeParams p;
   p.x = x.const_data_ptr();
-  p.dtype = *dtype;
+  p.dtype = call.dtype;
   p.M = x.size(0);
   p.K = x.size(1);
-  p.rounding = rounding;
+  p.rounding = call.rounding;
   p.offs = offs_ptr(offs);
-  p.num_groups = grouped ? offs->size(0) : 0;
-  if (row) {
+  p.num_groups = offs.has_value() ? offs->size(0) : 0;
+  if (o.q_row.defined()) {
     p.q_row = bytes(o.q_row);
     p.s_row = bytes(o.s_row);
   }
-  if (col) {
+  if (o.q_col.defined()) {
     p.q_col = bytes(o.q_col);
     p.s_col = bytes(o.s_col);
   }
@@ -216,7 +218,98 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
       mxq::quantize_composed(p, ws.data_ptr());
     }
   });
+}
+
+Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& x,
+                      int64_t block_size, c10::string_view scaling_mode, const OptTensor& offs) {
+  const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs);
+  Outputs o;
+  if (variant != Variant::kColwise) {
+    o.q_row = empty_output(x, call.q_row, at::kFloat8_e4m3fn);
+    o.s_row = empty_output(x, call.s_row, at::kFloat8_e8m0fnu);
+  }
+  if (variant != Variant::kRowwise) {
+    const SymInt& M =
+        call.q_col[0];  // (K, M) storage seen as (M, K): strides (1, M), M = 0 included
+    o.q_col = empty_output(x, call.q_col, at::kFloat8_e4m3fn, {SymInt(1), M});
+    o.s_col = empty_output(x, call.s_col, at::kFloat8_e8m0fnu);
+  }
+  if (!meta) run_quantize(op, variant, x, call, offs, o);
   return o;
+}
+
+// ---- quantize.out: the fused op into the caller's outputs ----
+//
+// Each output must be what quantize returns for these inputs (dtype, shape, q_row / s_row / s_col
+// contiguous, q_col's transpose contiguous), on x's device, overlapping neither x nor another
+// output; the rowwise pair and the colwise pair are each given whole or left out (that axis is
+// skipped), and at least one is given. Nothing is written before every check has passed. Without
+// allocations the eager call costs about what a native elementwise op does (docs/performance.md,
+// "Eager cost").
+
+void check_output(const char* op, const char* name, const OptTensor& t, const Tensor& x,
+                  at::ScalarType dtype, const std::array<SymInt, 2>& sizes, bool transposed) {
+  TORCH_CHECK_TYPE(t->scalar_type() == dtype, op, ": ", name, " must be ",
+                   dtype == at::kFloat8_e4m3fn ? "float8_e4m3fn" : "float8_e8m0fnu", ", got ",
+                   t->scalar_type());
+  TORCH_CHECK_VALUE(t->device() == x.device(), op, ": ", name, " must be on x's device (",
+                    x.device(), "), got ", t->device());
+  const bool shape_ok = t->dim() == 2 && t->sym_size(0)
+                                             .sym_eq(sizes[0])
+                                             .sym_and(t->sym_size(1).sym_eq(sizes[1]))
+                                             .expect_true(__FILE__, __LINE__);
+  TORCH_CHECK_VALUE(shape_ok, op, ": ", name, " must have shape [", sizes[0], ", ", sizes[1],
+                    "], got ", t->sym_sizes());
+  TORCH_CHECK_VALUE(transposed ? t->t().is_contiguous() : t->is_contiguous(), op, ": ", name,
+                    transposed ? " must have strides (1, M) (q_col.t() contiguous, as quantize "
+                                 "returns it), got "
+                               : " must be contiguous, got strides ",
+                    t->sym_strides());
+}
+
+template <bool kMeta>
+void quantize_out(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
+                  const OptTensor& offs, const OptTensor& q_row, const OptTensor& s_row,
+                  const OptTensor& q_col, const OptTensor& s_col) {
+  constexpr const char* op = "mxq.quantize";
+  const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs);
+  TORCH_CHECK_VALUE(q_row.has_value() == s_row.has_value(), op,
+                    ": out must give q_row and s_row together (or neither, to skip the rowwise "
+                    "axis)");
+  TORCH_CHECK_VALUE(q_col.has_value() == s_col.has_value(), op,
+                    ": out must give q_col and s_col together (or neither, to skip the colwise "
+                    "axis)");
+  TORCH_CHECK_VALUE(q_row.has_value() || q_col.has_value(), op,
+                    ": out must give at least one pair of outputs, got none");
+  Outputs o;
+  if (q_row.has_value()) {
+    check_output(op, "q_row", q_row, x, at::kFloat8_e4m3fn, call.q_row, false);
+    check_output(op, "s_row", s_row, x, at::kFloat8_e8m0fnu, call.s_row, false);
+    o.q_row = *q_row;
+    o.s_row = *s_row;
+  }
+  if (q_col.has_value()) {
+    check_output(op, "q_col", q_col, x, at::kFloat8_e4m3fn, call.q_col, true);
+    check_output(op, "s_col", s_col, x, at::kFloat8_e8m0fnu, call.s_col, false);
+    o.q_col = *q_col;
+    o.s_col = *s_col;
+  }
+  if (kMeta) return;
+  // Real memory only: a meta tensor has none (and may have symbolic sizes).
+  const std::array<std::pair<const char*, const Tensor*>, 5> tensors{{{"x", &x},
+                                                                      {"q_row", &o.q_row},
+                                                                      {"s_row", &o.s_row},
+                                                                      {"q_col", &o.q_col},
+                                                                      {"s_col", &o.s_col}}};
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    for (size_t j = i + 1; j < tensors.size(); ++j) {
+      const Tensor &a = *tensors[i].second, &b = *tensors[j].second;
+      TORCH_CHECK_VALUE(
+          !a.defined() || !b.defined() || at::get_overlap_status(a, b) == at::MemOverlapStatus::No,
+          op, ": ", tensors[j].first, " must not overlap ", tensors[i].first);
+    }
+  }
+  run_quantize(op, Variant::kFused, x, call, offs, o);
 }
 
 // The ops. kMeta: the Meta key's instance, which allocates and makes no core call.
@@ -433,12 +526,17 @@ void validate_offs(const Tensor& offs, int64_t M) {
 // NOTES: needs_fixed_stride_order on every op: q_col's strides (1, M) are not the default ones, and
 // every op requires contiguous inputs, so inductor must hand them over with the strides eager mode
 // sees.
-#define MXQ_QUANT_ARGS \
-  "(Tensor x, int block_size=32, str scaling_mode=\"rceil\", Tensor? offs=None)"
+#define MXQ_QUANT_X "Tensor x, int block_size=32, str scaling_mode=\"rceil\", Tensor? offs=None"
+#define MXQ_QUANT_ARGS "(" MXQ_QUANT_X ")"
+#define MXQ_QUANT_ARGS_OUT                                                        \
+  "(" MXQ_QUANT_X                                                                 \
+  ", *, Tensor(a!)? q_row=None, Tensor(b!)? s_row=None, Tensor(c!)? q_col=None, " \
+  "Tensor(d!)? s_col=None)"
 TORCH_LIBRARY(mxq, m) {
   const std::vector<at::Tag> tags{at::Tag::needs_fixed_stride_order, at::Tag::pt2_compliant_tag};
   m.def("quantize" MXQ_QUANT_ARGS " -> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col)",
         tags);
+  m.def("quantize.out" MXQ_QUANT_ARGS_OUT " -> ()", tags);
   m.def("quantize_composed" MXQ_QUANT_ARGS
         " -> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col)",
         tags);
@@ -453,11 +551,14 @@ TORCH_LIBRARY(mxq, m) {
       "-> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col)",
       tags);
 }
+#undef MXQ_QUANT_ARGS_OUT
 #undef MXQ_QUANT_ARGS
+#undef MXQ_QUANT_X
 
 // One impl per op: CPU and CUDA share an instance (it tells the devices apart), Meta has its own.
 #define MXQ_REGISTER_IMPLS(m, meta)                                      \
   m.impl("quantize", &mxq::torch_ext::quantize<meta>);                   \
+  m.impl("quantize.out", &mxq::torch_ext::quantize_out<meta>);           \
   m.impl("quantize_composed", &mxq::torch_ext::quantize_composed<meta>); \
   m.impl("quantize_rowwise", &mxq::torch_ext::quantize_rowwise<meta>);   \
   m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);   \

@@ -25,6 +25,7 @@ from torch import Tensor
 _ops = torch.ops.mxq
 # The overloads themselves: calling them skips the packet's overload resolution on every call.
 _quantize = _ops.quantize.default
+_quantize_out = _ops.quantize.out
 _quantize_composed = _ops.quantize_composed.default
 _quantize_rowwise = _ops.quantize_rowwise.default
 _quantize_colwise = _ops.quantize_colwise.default
@@ -52,6 +53,7 @@ def quantize(
     scaling_mode: str = "rceil",
     offs: Tensor | None = None,
     backend: str = "fused",
+    out: MXTensors | None = None,
 ) -> MXTensors:
     """MXFP8-quantizes the bf16, fp16 or fp32 (M, K) tensor ``x`` along K (rowwise, 1x32) and/or along M
     (colwise, 32x1).
@@ -64,7 +66,38 @@ def quantize(
     ``"composed"`` is the three-kernel baseline it replaces (rowwise kernel, colwise kernel, scale swizzle), kept
     for comparison: it quantizes both axes, so asking it for one axis is an error, not a silent switch. Both give
     identical bytes. CPU tensors run the bit-exact C++ reference for either backend.
+
+    ``out``: write into these tensors instead of allocating (fused backend only), e.g. buffers from
+    :func:`empty_quantized` reused across steps; returns ``out``. Each must have the dtype, shape and strides that
+    quantize would return, on x's device, overlapping nothing else; the requested axes' pairs are given, the others
+    are None. This is the cheapest eager call: no allocation (docs/performance.md, "Eager cost").
     """
+    if out is not None:
+        if backend != "fused":
+            raise ValueError(f'mxq.quantize: out needs backend="fused", got {backend!r}')
+        q_row, s_row, q_col, s_col = out
+        if (q_row is not None or s_row is not None) != rowwise or (q_col is not None or s_col is not None) != colwise:
+            given = [name for name, t in zip(MXTensors._fields, out) if t is not None]
+            raise ValueError(
+                f"mxq.quantize: out must hold the requested axes' outputs (rowwise={rowwise}, colwise={colwise}) "
+                f"and None elsewhere, got {', '.join(given) or 'none'}"
+            )
+        if not torch.compiler.is_compiling():
+            _quantize_out(x, 32, scaling_mode, offs, q_row=q_row, s_row=s_row, q_col=q_col, s_col=s_col)
+            return out
+        # Traced: the functional op, then copies into out. Inductor (torch 2.11-2.15) cannot lower a mutable op on
+        # float8_e8m0fnu tensors, and it plans the functional op's buffers itself.
+        for name, dst, src in zip(
+            MXTensors._fields, out, quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs)
+        ):
+            if dst is not None:
+                if (dst.dtype, dst.shape, dst.stride()) != (src.dtype, src.shape, src.stride()):
+                    raise ValueError(
+                        f"mxq.quantize: {name} must be {src.dtype} of shape {list(src.shape)}, strides {src.stride()}, "
+                        f"got {dst.dtype} of shape {list(dst.shape)}, strides {dst.stride()}"
+                    )
+                dst.copy_(src)
+        return out
     if backend == "fused":
         if rowwise and colwise:
             return MXTensors._make(_quantize(x, 32, scaling_mode, offs))
@@ -83,6 +116,19 @@ def quantize(
             )
         return MXTensors(*_quantize_composed(x, 32, scaling_mode, offs))
     raise ValueError(f'mxq.quantize: backend must be "fused" or "composed", got {backend!r}')
+
+
+def empty_quantized(x: Tensor, *, rowwise: bool = True, colwise: bool = True, offs: Tensor | None = None) -> MXTensors:
+    """Uninitialized outputs for ``quantize(x, rowwise=..., colwise=..., offs=..., out=...)``: the dtypes, shapes and
+    strides that quantize returns (from the op's Meta impl, so from include/mxq/layout.h), on x's device. They fit
+    every x of the same shape and group count."""
+    shapes = quantize(x.to("meta"), rowwise=rowwise, colwise=colwise, offs=None if offs is None else offs.to("meta"))
+    return MXTensors(
+        *(
+            None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=x.device)
+            for t in shapes
+        )
+    )
 
 
 def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None, *, layout: str = "blocked") -> Tensor:

@@ -32,15 +32,15 @@ def _inputs(device, M=256, K=384, G=None, seed=0, specials=False):
 @pytest.mark.parametrize("name", QUANT_OPS)
 def test_opcheck_quantize(name, mode, G, device):
     x, offs = _inputs(device, G=G)
-    torch.library.opcheck(op(name), (x, 32, mode, offs))
+    torch.library.opcheck(op(name).default, (x, 32, mode, offs))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck_quantize_defaults_and_kwargs(device):
     x, offs = _inputs(device, G=4)
     for name in QUANT_OPS:
-        torch.library.opcheck(op(name), (x,))
-        torch.library.opcheck(op(name), (x,), {"scaling_mode": "floor", "offs": offs})
+        torch.library.opcheck(op(name).default, (x,))
+        torch.library.opcheck(op(name).default, (x,), {"scaling_mode": "floor", "offs": offs})
 
 
 @pytest.mark.parametrize("device", DEVICES)
