@@ -97,7 +97,7 @@ class TestOutArguments:
     def _check(self, device, exc, text, replace=None, **kwargs):
         """Calls quantize with out = fresh poisoned buffers, `replace` substituted, expects the error and finds every
         buffer of the call still poisoned."""
-        x, offs = _inputs(device)
+        x, _ = _inputs(device)
         bufs = mxq.empty_quantized(x)
         _poison(bufs, 0xA5)
         out = bufs._replace(**(replace(x, bufs) if replace else {}))
