@@ -4,26 +4,29 @@
     python3 benchmarks/eager.py                          # after `pip install --no-build-isolation .`
     python3 benchmarks/eager.py --json out.json --shapes 512x4096,8192x4096 --calls 500
 
-For each shape, on one bf16 tensor x, each row is timed two ways in the same run:
+For each shape, on one bf16 tensor x, each row is timed three ways in the same run:
 
 - eager: `calls` back-to-back calls from Python, torch.cuda.synchronize() before and after the timed loop, wall
   time / calls; after a warm-up, median of `repeats` rounds, each round timing every row once in turn (a drift
   of the host's speed reaches all rows alike). This is what a training step without CUDA graphs
   pays per call: Python, the dispatcher, the op's checks and allocations, the launch, and the GPU time where
-  the GPU is the slower side.
+  the GPU is the slower side (also where its clocks have dropped while the host ran GPU-idle rows).
+- host: the same loops up to the return of the last call: what the calling thread spends issuing the calls,
+  whatever the GPU's speed or clocks.
 - graph: the same call captured `graph_calls` times into one CUDA graph; replay time between CUDA events /
   graph_calls, median of `repeats` replays: the GPU time per call.
 
 Rows: mxq.quantize(x) (the fused default), the same into preallocated outputs (out=, from the wrapper and from the
-op overload), torch.ops.mxq.quantize called directly, the composed backend, rowwise only, colwise only, and two yardsticks on the same tensor: x.add_(0) (one elementwise kernel; the
-cheapest useful op a user launches) and torch.empty_like(x) (an allocation, no kernel). --breakdown adds eager-only
-rows that split the fused op's cost (breakdown_rows; docs/performance.md, "Eager cost"). The numbers to watch are
-fused eager / add_ eager per shape, allocating and with out=: the target is <= 1.5, i.e. mxq.quantize costs a
-caller at most half again what a trivial torch op costs.
+op overload), torch.ops.mxq.quantize called directly, the composed backend, rowwise only, colwise only, and two
+yardsticks on the same tensor: x.add_(0) (one elementwise kernel; the cheapest useful op a user launches) and
+torch.empty_like(x) (an allocation, no kernel). --breakdown adds eager-only rows that split the fused op's cost
+(breakdown_rows; docs/performance.md, "Eager cost"). The numbers to watch are fused / add_ per shape, allocating
+and with out=, eager and host: the target is <= 1.5, i.e. mxq.quantize costs a caller at most half again what a
+trivial torch op costs.
 
 Writes JSON (--json PATH; default benchmarks/results/eager_<gpu>_<date>.json, `-` for none) with the GPU, torch,
 the mxq commit (MXQ_COMMIT, else `git rev-parse --short HEAD`), the method and, per shape, each row's
-[eager us, graph us] and the ratio. Exit status: 0 ok, 1 an error or fused != composed bytes, 2 no CUDA device
+[eager us, host us, graph us] and the ratios. Exit status: 0 ok, 1 an error or differing bytes, 2 no CUDA device
 (or an mxq build without CUDA kernels).
 """
 
@@ -87,21 +90,27 @@ def default_json_path(gpu_name: str) -> Path:
 
 
 def time_eager(torch, rows: dict, calls: int, warmup: int, repeats: int) -> dict:
-    """Per row, the median over `repeats` rounds of wall time / calls, in microseconds, synchronized around each
-    loop. Each round times every row once, in turn, so that a drift of the host's speed reaches all rows alike."""
+    """Per row, [eager, host] in microseconds per call: the medians over `repeats` rounds of the wall time of
+    `calls` calls from torch.cuda.synchronize() to the synchronize after them (eager) and to the return of the last
+    call (host: what the calling thread spends issuing them, whatever the GPU's speed; fewer calls than the launch
+    queue holds, so no call waits for the GPU). Each round times every row once, in turn, so that a drift of the
+    host's speed reaches all rows alike."""
     for fn in rows.values():
         for _ in range(warmup):
             fn()
-    samples = {name: [] for name in rows}
+    samples = {name: ([], []) for name in rows}
     for _ in range(repeats):
         for name, fn in rows.items():
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
+            t1 = time.perf_counter()
             torch.cuda.synchronize()
-            samples[name].append((time.perf_counter() - t0) / calls * 1e6)
-    return {name: statistics.median(v) for name, v in samples.items()}
+            t2 = time.perf_counter()
+            samples[name][0].append((t2 - t0) / calls * 1e6)
+            samples[name][1].append((t1 - t0) / calls * 1e6)
+    return {name: [statistics.median(e), statistics.median(h)] for name, (e, h) in samples.items()}
 
 
 def time_graph(torch, fn, graph_calls: int, repeats: int) -> float:
@@ -223,22 +232,25 @@ def main() -> int:
         extra = breakdown_rows(torch, x) if args.breakdown else {}
         eager = time_eager(torch, {**rows, **extra}, args.calls, args.warmup, args.repeats)
         timed = {}
-        for name, fn in rows.items():
-            graph = time_graph(torch, fn, args.graph_calls, args.repeats)
-            timed[name] = [round(eager[name], 3), round(graph, 3)]
-        for name in extra:  # eager only: a meta tensor has no GPU time
-            timed[name] = [round(eager[name], 3), None]
-        ratio = timed[FUSED][0] / timed[ADD][0]
-        ratio_out = timed[FUSED_OUT][0] / timed[ADD][0]
+        for name in {**rows, **extra}:  # breakdown rows: eager only (a meta tensor has no GPU time)
+            graph = time_graph(torch, rows[name], args.graph_calls, args.repeats) if name in rows else None
+            timed[name] = [
+                round(eager[name][0], 3),
+                round(eager[name][1], 3),
+                None if graph is None else round(graph, 3),
+            ]
+        ratios = {
+            f"{op}_{kind}_over_add_{kind}": round(timed[row][col] / timed[ADD][col], 3)
+            for op, row in (("fused", FUSED), ("fused_out", FUSED_OUT))
+            for kind, col in (("eager", 0), ("host", 1))
+        }
         results.append(
             {
                 "M": M,
                 "K": K,
                 "rows": timed,
-                "fused_eager_over_add_eager": round(ratio, 3),
-                "meets_target": ratio <= TARGET_RATIO,
-                "fused_out_eager_over_add_eager": round(ratio_out, 3),
-                "meets_target_with_out": ratio_out <= TARGET_RATIO,
+                **ratios,
+                "meets_target": {name: value <= TARGET_RATIO for name, value in ratios.items()},
                 "fused_equals_composed_and_out": verified,
             }
         )
@@ -246,27 +258,28 @@ def main() -> int:
         torch.cuda.empty_cache()
 
         print(f"\n{M}x{K}")
-        print(f"  {'op':<38} {'eager us':>10} {'graph us':>10} {'eager/graph':>12}")
-        for name, (eager, graph) in timed.items():
-            rel = f"{eager / graph:.2f}" if graph is not None and graph > 0.05 else "-"
-            shown = f"{graph:>10.2f}" if graph is not None else f"{'-':>10}"
-            print(f"  {name:<38} {eager:>10.2f} {shown} {rel:>12}")
-        for label, value in (("fused", ratio), ("fused out=", ratio_out)):
+        print(f"  {'op':<38} {'eager us':>10} {'host us':>10} {'graph us':>10}")
+        for name, (eager_us, host_us, graph_us) in timed.items():
+            shown = f"{graph_us:>10.2f}" if graph_us is not None else f"{'-':>10}"
+            print(f"  {name:<38} {eager_us:>10.2f} {host_us:>10.2f} {shown}")
+        for name, value in ratios.items():
             verdict = "ok" if value <= TARGET_RATIO else "ABOVE TARGET"
-            print(f"  {label} eager / add_ eager = {value:.2f} (target <= {TARGET_RATIO}: {verdict})")
+            print(f"  {name} = {value:.2f} (target <= {TARGET_RATIO}: {verdict})")
 
-    print(f"\nsummary: eager / x.add_(0) eager per shape (target <= {TARGET_RATIO})")
-    print(f"  {'shape':<12} {'fused':>6} {'out=':>6}")
+    print(
+        f"\nsummary: per shape, / x.add_(0) (target <= {TARGET_RATIO}); eager = synchronized wall time, host = issue time"
+    )
+    print(f"  {'shape':<12} {'fused eager':>12} {'out= eager':>11} {'fused host':>11} {'out= host':>10}")
     for r in results:
-        shape = f"{r['M']}x{r['K']}"
-        print(f"  {shape:<12} {r['fused_eager_over_add_eager']:>6.2f} {r['fused_out_eager_over_add_eager']:>6.2f}")
+        values = [r[f"{op}_{kind}_over_add_{kind}"] for kind in ("eager", "host") for op in ("fused", "fused_out")]
+        print(f"  {r['M']}x{r['K']:<7} {values[0]:>12.2f} {values[1]:>11.2f} {values[2]:>11.2f} {values[3]:>10.2f}")
 
     if args.json != "-":
         path = Path(args.json) if args.json else default_json_path(gpu)
         path.parent.mkdir(parents=True, exist_ok=True)
         props = torch.cuda.get_device_properties(dev)
         doc = {
-            "schema": "mxq-eager/1",
+            "schema": "mxq-eager/2",
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S%z"),
             "commit": mxq_commit(),
             "gpu": {
@@ -280,16 +293,18 @@ def main() -> int:
             "method": {
                 "eager": "wall time of `calls` back-to-back calls between torch.cuda.synchronize(), / calls; "
                 "median over `repeats` rounds (each round times every row once, in turn) after `warmup` calls",
+                "host": "the same loops' wall time from the first synchronize to the return of the last call, / calls: "
+                "the calling thread's issue cost, independent of the GPU's speed",
                 "graph": "CUDA-graph replay of `graph_calls` captured calls between CUDA events, / graph_calls; "
                 "median over `repeats` replays",
                 "calls": args.calls,
                 "warmup": args.warmup,
                 "repeats": args.repeats,
                 "graph_calls": args.graph_calls,
-                "units": "microseconds per call, [eager, graph]",
+                "units": "microseconds per call, [eager, host, graph]",
                 "input": "torch.randn bf16, seed 0; scaling_mode rceil",
             },
-            "target_fused_eager_over_add_eager": TARGET_RATIO,
+            "target_ratio": TARGET_RATIO,
             "shapes": results,
         }
         path.write_text(json.dumps(doc, indent=2) + "\n")

@@ -70,7 +70,10 @@ def quantize(
     ``out``: write into these tensors instead of allocating (fused backend only), e.g. buffers from
     :func:`empty_quantized` reused across steps; returns ``out``. Each must have the dtype, shape and strides that
     quantize would return, on x's device, overlapping nothing else; the requested axes' pairs are given, the others
-    are None. This is the cheapest eager call: no allocation (docs/performance.md, "Eager cost").
+    are None. This is the cheapest eager call: no allocation (docs/performance.md, "Eager cost"). Under
+    torch.compile the call is traced as the allocating op and copies into ``out`` (inductor plans the buffers; it
+    cannot lower a mutable op on float8_e8m0fnu tensors); on CPU tensors, torch 2.11's inductor cannot generate the
+    copy into the e8m0 scales either, so compile CPU code with ``backend="aot_eager"`` there.
     """
     if out is not None:
         if backend != "fused":
@@ -85,8 +88,7 @@ def quantize(
         if not torch.compiler.is_compiling():
             _quantize_out(x, 32, scaling_mode, offs, q_row=q_row, s_row=s_row, q_col=q_col, s_col=s_col)
             return out
-        # Traced: the functional op, then copies into out. Inductor (torch 2.11-2.15) cannot lower a mutable op on
-        # float8_e8m0fnu tensors, and it plans the functional op's buffers itself.
+        # Traced: the allocating op, then copies into out (see the docstring).
         for name, dst, src in zip(
             MXTensors._fields, out, quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs)
         ):

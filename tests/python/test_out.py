@@ -232,7 +232,10 @@ def test_compile_fullgraph(device, dynamic):
         mxq.quantize(x, offs=offs, out=bufs)
         return x * 2  # something for inductor around the call
 
-    compiled = torch.compile(step, fullgraph=True, dynamic=dynamic)
+    # CPU: aot_eager (dynamo and functionalization, no codegen): inductor's CPU backend of torch 2.11 has no
+    # float8_e8m0fnu in its code generator (KeyError when it copies into the scales); CUDA: inductor.
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    compiled = torch.compile(step, fullgraph=True, dynamic=dynamic, backend=backend)
     for M, K, seed in ((256, 384, 0), (512, 256, 1)):
         x, offs = _inputs(device, M=M, K=K, G=4, seed=seed, specials=False)
         bufs = mxq.empty_quantized(x, offs=offs)
