@@ -247,6 +247,16 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
 // allocations the eager call costs about what a native elementwise op does (docs/performance.md,
 // "Eager cost").
 
+// t (rows, cols) is the transpose of a contiguous (cols, rows) array: strides (1, rows), a dimension of
+// size 1 taking any stride, as is_contiguous has it (t.t().is_contiguous() without making the view,
+// which would cost the eager call a dispatch).
+bool is_transpose_contiguous(const Tensor& t) {
+  const auto sizes = t.sym_sizes();
+  const auto strides = t.sym_strides();
+  return t.sym_numel() == 0 ||
+         ((sizes[0] == 1 || strides[0] == 1) && (sizes[1] == 1 || strides[1] == sizes[0]));
+}
+
 void check_output(const char* op, const char* name, const OptTensor& t, const Tensor& x,
                   at::ScalarType dtype, const std::array<SymInt, 2>& sizes, bool transposed) {
   TORCH_CHECK_TYPE(t->scalar_type() == dtype, op, ": ", name, " must be ",
@@ -260,7 +270,7 @@ void check_output(const char* op, const char* name, const OptTensor& t, const Te
                                              .expect_true(__FILE__, __LINE__);
   TORCH_CHECK_VALUE(shape_ok, op, ": ", name, " must have shape [", sizes[0], ", ", sizes[1],
                     "], got ", t->sym_sizes());
-  TORCH_CHECK_VALUE(transposed ? t->t().is_contiguous() : t->is_contiguous(), op, ": ", name,
+  TORCH_CHECK_VALUE(transposed ? is_transpose_contiguous(*t) : t->is_contiguous(), op, ": ", name,
                     transposed ? " must have strides (1, M) (q_col.t() contiguous, as quantize "
                                  "returns it), got "
                                : " must be contiguous, got strides ",
