@@ -43,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "mxq/mxq.h"
 
@@ -229,8 +230,8 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
     o.s_row = empty_output(x, call.s_row, at::kFloat8_e8m0fnu);
   }
   if (variant != Variant::kRowwise) {
-    const SymInt& M =
-        call.q_col[0];  // (K, M) storage seen as (M, K): strides (1, M), M = 0 included
+    // The (K, M) storage seen as (M, K): strides (1, M), M = 0 included.
+    const SymInt& M = call.q_col[0];
     o.q_col = empty_output(x, call.q_col, at::kFloat8_e4m3fn, {SymInt(1), M});
     o.s_col = empty_output(x, call.s_col, at::kFloat8_e8m0fnu);
   }
