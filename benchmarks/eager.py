@@ -10,7 +10,7 @@ For each shape, on one bf16 tensor x, each row is timed three ways in the same r
   time / calls; after a warm-up, median of `repeats` rounds, each round timing every row once in turn (a drift
   of the host's speed reaches all rows alike). This is what a training step without CUDA graphs
   pays per call: Python, the dispatcher, the op's checks and allocations, the launch, and the GPU time where
-  the GPU is the slower side (also where its clocks have dropped while the host ran GPU-idle rows).
+  the GPU is the slower side.
 - host: the same loops up to the return of the last call: what the calling thread spends issuing the calls,
   whatever the GPU's speed or clocks.
 - graph: the same call captured `graph_calls` times into one CUDA graph; replay time between CUDA events /
