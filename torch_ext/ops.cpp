@@ -258,24 +258,24 @@ bool is_transpose_contiguous(const Tensor& t) {
          ((sizes[0] == 1 || strides[0] == 1) && (sizes[1] == 1 || strides[1] == sizes[0]));
 }
 
-void check_output(const char* op, const char* name, const OptTensor& t, const Tensor& x,
+void check_output(const char* op, const char* name, const Tensor& t, const Tensor& x,
                   at::ScalarType dtype, const std::array<SymInt, 2>& sizes, bool transposed) {
-  TORCH_CHECK_TYPE(t->scalar_type() == dtype, op, ": ", name, " must be ",
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, op, ": ", name, " must be ",
                    dtype == at::kFloat8_e4m3fn ? "float8_e4m3fn" : "float8_e8m0fnu", ", got ",
-                   t->scalar_type());
-  TORCH_CHECK_VALUE(t->device() == x.device(), op, ": ", name, " must be on x's device (",
-                    x.device(), "), got ", t->device());
-  const bool shape_ok = t->dim() == 2 && t->sym_size(0)
-                                             .sym_eq(sizes[0])
-                                             .sym_and(t->sym_size(1).sym_eq(sizes[1]))
-                                             .expect_true(__FILE__, __LINE__);
+                   t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == x.device(), op, ": ", name, " must be on x's device (",
+                    x.device(), "), got ", t.device());
+  const bool shape_ok = t.dim() == 2 && t.sym_size(0)
+                                            .sym_eq(sizes[0])
+                                            .sym_and(t.sym_size(1).sym_eq(sizes[1]))
+                                            .expect_true(__FILE__, __LINE__);
   TORCH_CHECK_VALUE(shape_ok, op, ": ", name, " must have shape [", sizes[0], ", ", sizes[1],
-                    "], got ", t->sym_sizes());
-  TORCH_CHECK_VALUE(transposed ? is_transpose_contiguous(*t) : t->is_contiguous(), op, ": ", name,
+                    "], got ", t.sym_sizes());
+  TORCH_CHECK_VALUE(transposed ? is_transpose_contiguous(t) : t.is_contiguous(), op, ": ", name,
                     transposed ? " must have strides (1, M) (q_col.t() contiguous, as quantize "
                                  "returns it), got "
                                : " must be contiguous, got strides ",
-                    t->sym_strides());
+                    t.sym_strides());
 }
 
 template <bool kMeta>
@@ -294,14 +294,14 @@ void quantize_out(const Tensor& x, int64_t block_size, c10::string_view scaling_
                     ": out must give at least one pair of outputs, got none");
   Outputs o;
   if (q_row.has_value()) {
-    check_output(op, "q_row", q_row, x, at::kFloat8_e4m3fn, call.q_row, false);
-    check_output(op, "s_row", s_row, x, at::kFloat8_e8m0fnu, call.s_row, false);
+    check_output(op, "q_row", *q_row, x, at::kFloat8_e4m3fn, call.q_row, false);
+    check_output(op, "s_row", *s_row, x, at::kFloat8_e8m0fnu, call.s_row, false);
     o.q_row = *q_row;
     o.s_row = *s_row;
   }
   if (q_col.has_value()) {
-    check_output(op, "q_col", q_col, x, at::kFloat8_e4m3fn, call.q_col, true);
-    check_output(op, "s_col", s_col, x, at::kFloat8_e8m0fnu, call.s_col, false);
+    check_output(op, "q_col", *q_col, x, at::kFloat8_e4m3fn, call.q_col, true);
+    check_output(op, "s_col", *s_col, x, at::kFloat8_e8m0fnu, call.s_col, false);
     o.q_col = *q_col;
     o.s_col = *s_col;
   }
