@@ -1162,6 +1162,7 @@ void write_json(const std::string& path, const RunRecord& run) {
         "\"replays\": "
      << run.options.replays << ", \"warmup\": " << run.options.warmup
      << ", \"rule\": " << quote(run.options.rule) << ", \"seed\": " << run.options.seed
+     << ", \"tile_rows\": " << run.options.tile_rows
      << ", \"dtype\": " << quote(dtype_name(run.options.dtype))
      << ", \"bytes\": \"tools/traffic.h\", \"roof\": \"cudaMemcpyAsync D2D between events (not a "
         "graph), (read + written) / time, median of "
@@ -1333,6 +1334,7 @@ int run_bench(const BenchOptions& o) {
   if (o.replays < 20)
     std::cout << "note: --replays " << o.replays << " is below the minimum of 20 for results\n";
 
+  bench::force_tile_rows(o.tile_rows);
   RunRecord run;
   run.device = query_device();
   run.options = o;

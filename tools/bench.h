@@ -63,6 +63,7 @@ struct BenchOptions {
   bool verify = true;  // fused == composed byte check per (shape, dtype, groups)
   std::string rule = "rceil";
   uint64_t seed = 1;
+  int tile_rows = 0;  // the 16-bit quantize kernels' tile height: 0 automatic, 64 or 128 forced
 };
 
 // The main set's shapes: the bandwidth shapes first and the latency shape (512x4096) last.

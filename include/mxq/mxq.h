@@ -162,13 +162,18 @@ const char* version();
 // ---- limits (validated; docs/numerics.md §9): M, K multiples of kDimAlign (layout.h) ----
 constexpr int64_t kMaxDim = 2147483647;
 
-// ---- benchmarking only (`mxq bench`); not for training code ----
+// ---- benchmarking and testing only (`mxq bench`, the GPU tests); not for training code ----
 namespace bench {
 // The fused kernel's data-movement probe: the same loads, shared-memory staging and reads, and
 // stores of all four outputs as quantize(p), with a stand-in for the math (each e4m3 byte is the
 // high byte of its element, every scale byte 127): the design's own ceiling. Its outputs are not
 // MXFP8. Dense bf16 with both axes only; p.rounding is ignored.
 void quantize_probe(const QuantizeParams& p);
+// The tile height of the 16-bit quantize kernels for every later call in the process: 0 (the
+// default) lets each launch choose (64 rows when 128-row tiles would not fill one wave of SMs, else
+// 128); 64 or 128 forces it. The bytes written are the same either way. Not thread-safe against
+// concurrent launches that expect another setting.
+void force_tile_rows(int rows);
 }  // namespace bench
 
 namespace ref {

@@ -1,5 +1,6 @@
 // The public entry points: validate (docs/numerics.md §9), then launch. The CPU reference lives in
 // src/ref/.
+#include <atomic>
 #include <sstream>
 
 #include "../kernels/launch.h"
@@ -91,6 +92,19 @@ void bench::quantize_probe(const QuantizeParams& p) {
               static_cast<int>(p.dtype));
     detail::require_supported_device();
     detail::launch_quantize_probe(p);
+  });
+}
+
+namespace {
+std::atomic<int> tile_rows_setting{0};
+}  // namespace
+
+int detail::forced_tile_rows() { return tile_rows_setting.load(std::memory_order_relaxed); }
+
+void bench::force_tile_rows(int rows) {
+  detail::with_op("mxq::bench::force_tile_rows", [&] {
+    MXQ_CHECK(rows == 0 || rows == 64 || rows == 128, "rows must be 0, 64 or 128, got ", rows);
+    tile_rows_setting.store(rows, std::memory_order_relaxed);
   });
 }
 

@@ -32,4 +32,17 @@ void require_supported_device() {
   verified.fetch_or(bit, std::memory_order_relaxed);
 }
 
+int multiprocessor_count() {
+  constexpr int kCached = 64;
+  static std::atomic<int> counts[kCached] = {};  // 0: not queried yet
+  int device = 0;
+  MXQ_CHECK_CUDA(cudaGetDevice(&device));
+  int n = device < kCached ? counts[device].load(std::memory_order_relaxed) : 0;
+  if (n == 0) {
+    MXQ_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+    if (device < kCached) counts[device].store(n, std::memory_order_relaxed);
+  }
+  return n;
+}
+
 }  // namespace mxq::detail

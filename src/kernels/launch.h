@@ -20,5 +20,9 @@ void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams&
 // Refuses (Error::Kind::kUnsupported) a current device for which this build holds no kernel code.
 // Cached per device: the driver query runs once per device and process.
 void require_supported_device();
+// The current device's SM count, cached per device as above.
+int multiprocessor_count();
+// 0, or the 16-bit quantize kernels' tile height set by bench::force_tile_rows (src/host/api.cpp).
+int forced_tile_rows();
 
 }  // namespace mxq::detail

@@ -8,7 +8,9 @@
 // Rounding: RCEIL or FLOOR scale (numerics.h), e4m3 by cvt.rn.satfinite; blocks with NaN/Inf become
 // all 0x7F.
 //
-// One CTA quantizes one 128x128 tile, which maps to one 512-byte scale atom per axis.
+// One CTA quantizes one 128x128 tile, which maps to one 512-byte scale atom per axis; a launch whose
+// 64-row tiles all fit in one wave of resident CTAs takes 64x128 tiles instead, half an atom each
+// (tile_rows; measured in docs/performance.md). Per thread, a 64-row tile has half the work below.
 //   ---- load ----     coalesced 16-byte cp.async copies straight into shared memory (a warp
 //                      instruction reads two whole tile rows), 8 per thread: 32 KiB in flight per
 //                      CTA, 4 CTAs per SM, no registers holding data; 16-byte chunks XOR-swizzled
@@ -60,30 +62,36 @@
 
 namespace mxq::kernels {
 
+// The 16-bit tile kernel's geometry for tiles of kRows x 128: 128 rows map to one whole scale atom
+// per axis; 64 rows (launches under one wave of SMs, tile_rows) to half of each.
+template <int kRows = kTile>
 struct Config {
   static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kChunk = 8;                                 // bf16 per 16-byte load
   static constexpr int kChunksPerRow = kTile / kChunk;             // 16
-  static constexpr int kLoads = kTile * kChunksPerRow / kThreads;  // 8 loads per thread
+  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8 (64 rows: 4) per thread
   static constexpr int kChunksPerBlock = kBlock / kChunk;          // 4
   static constexpr int kBlocksPerRow = kTile / kBlock;             // 4
-  static constexpr int kRowBlocksPerThread = kTile * kBlocksPerRow / kThreads;  // 2
-  static constexpr int kRowsPerWarp = kTile / kWarps;                           // 16
-  static constexpr int kColBlocks = kTile / kBlock;                             // 4 per column
-  static constexpr int kColGroups = kTile / 8;  // 8-column groups, one ldmatrix column set each
-  static constexpr int kColGroupsPerWarp = kColGroups / kWarps;  // 2
+  static constexpr int kRowBlocksPerThread = kRows * kBlocksPerRow / kThreads;  // 2 (1)
+  static constexpr int kRowsPerWarp = kRows / kWarps;                           // 16 (8)
+  static constexpr int kChunks = kRows / kBlock;  // 32-row blocks per column: 4 (2) atom slots
+  static constexpr int kColGroups = kTile / 8;    // 8-column groups, one ldmatrix column set each
+  // An ldmatrix pass hands a warp 4 (group, block) slots: 1 group x 4 blocks, or 2 x 2.
+  static constexpr int kGroupsPerPass = 4 / kChunks;
+  static constexpr int kColPasses = kColGroups / (kWarps * kGroupsPerPass);  // 2 (1)
   static constexpr int kMinBlocksPerSm = 4;
+  static_assert(kRows == kTile || kRows == kTile / 2, "tiles of 128 or 64 rows");
   static_assert(kThreads % 32 == 0, "threads must be whole warps");
   static_assert(kTile % kBlock == 0, "tile must hold whole blocks");
   static_assert(kRowsPerWarp * kBlocksPerRow == 32 * kRowBlocksPerThread,
-                "a warp owns 16 rows: lane l takes blocks l and l+32 of them");
+                "a warp owns kRowsPerWarp rows: lane l takes blocks l (and l+32) of them");
   static_assert(kBlocksPerRow % 2 == 0,
                 "neighbour lanes pair up on adjacent blocks for full-sector stores");
-  static_assert(kColGroups % kWarps == 0 && kColBlocks == 4,
-                "a warp's ldmatrix covers one 8-column group x 4 blocks; lane t takes block t%4");
+  static_assert(kColPasses * kWarps * kGroupsPerPass == kColGroups && kGroupsPerPass * kChunks == 4,
+                "each warp's ldmatrix passes cover its groups' blocks, 4 slots a pass");
   static_assert(kTile / kBlock == kAtomCols && kTile == kAtomRows,
-                "a tile maps to one 128x4 scale atom");
+                "a 128-row tile maps to one 128x4 scale atom");
 };
 
 struct alignas(16) SharedStorage {
@@ -93,7 +101,7 @@ struct alignas(16) SharedStorage {
 };
 constexpr int kSmemLimit = 48 * 1024;  // what a launch may use without an opt-in attribute
 static_assert(sizeof(SharedStorage) <= kSmemLimit, "the tile must fit 48 KB");
-static_assert(sizeof(SharedStorage) * Config::kMinBlocksPerSm <= 227 * 1024,
+static_assert(sizeof(SharedStorage) * Config<>::kMinBlocksPerSm <= 227 * 1024,
               "4 CTAs must fit one SM");
 
 struct TileParams {
@@ -106,8 +114,9 @@ struct TileParams {
   const int32_t* offs;
   int num_groups;
   int32_t* status;
-  int64_t m_tiles, k_tiles;  // ceil(M/128), ceil(K/128)
+  int64_t m_tiles, k_tiles;  // ceil(M/rows), ceil(K/128)
   int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
+  int rows;                  // tile height: 128 or 64 (16-bit input), 64 (fp32); for the launcher
 };
 
 // ---- the block math: the 16-bit tile kernel's policy ----
@@ -118,11 +127,11 @@ struct TileParams {
 // Mxfp8Math: the library's (amax, E8M0 scale, e4m3; NaN/Inf blocks as 0x7F).
 template <DType kIn, ScaleRounding kRule>
 struct Mxfp8Math {
-  static __device__ __forceinline__ uint8_t row(const uint4 (&v)[Config::kChunksPerBlock],
+  static __device__ __forceinline__ uint8_t row(const uint4 (&v)[Config<>::kChunksPerBlock],
                                                 uint4 (&q)[2]) {
     uint32_t m2 = 0;
 #pragma unroll
-    for (int i = 0; i < Config::kChunksPerBlock; ++i) {
+    for (int i = 0; i < Config<>::kChunksPerBlock; ++i) {
       m2 = ptx::max_u16x2(m2,
                           ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
                                          ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
@@ -164,7 +173,7 @@ struct ProbeMath {
   static __device__ __forceinline__ uint32_t high_bytes(uint32_t w0, uint32_t w1) {
     return __byte_perm(w0, w1, 0x7531);
   }
-  static __device__ __forceinline__ uint8_t row(const uint4 (&v)[Config::kChunksPerBlock],
+  static __device__ __forceinline__ uint8_t row(const uint4 (&v)[Config<>::kChunksPerBlock],
                                                 uint4 (&q)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -190,7 +199,7 @@ struct ProbeMath {
 // Rowwise: one whole 1x32 block v[0..3] per thread; lanes 2i and 2i+1 hold adjacent blocks of one
 // row (the stores into each happen where `first` / `second` say, see store_block_pair).
 template <class Math>
-__device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunksPerBlock],
+__device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config<>::kChunksPerBlock],
                                                  uint8_t* q_pair, bool first, bool second) {
   uint4 q[2];
   const uint8_t s = Math::row(v, q);
@@ -198,24 +207,36 @@ __device__ __forceinline__ uint8_t rowwise_block(const uint4 (&v)[Config::kChunk
   return s;
 }
 
-// Colwise: warp w converts 8-column groups w and w + 8, each of all four 32-row blocks. Lane 8i+j
-// addresses row 32*(j/2) + 8n + 2i + j%2 for ldmatrix n, so that (ptx.cuh) lane t receives column
-// t/4 of the group at rows 2(4n+i), 2(4n+i)+1 of block t%4: word 4n+i of its whole 32x1 block, in
-// the order quantize_words takes. Lanes 4j..4j+3 hold the four blocks of q_col row 8*group + j, so
-// neighbour lanes store whole sectors (store_block_pair) and a warp instruction writes 64 bytes
-// into each of 8 rows. The scale goes to the colwise scale staging (atom layout, or [k][block] for
-// plain scales). rows / cols: how much of the tile lies inside x.
-template <class Math, ColScales kCol>
+// The 8-column group that slot set g (0 .. kGroupsPerPass-1) of a warp's colwise pass converts.
+// 128 rows: groups w and w + 8, one a pass. 64 rows: groups w and w ^ 12 in one pass; their chunks
+// differ in bit 2, so every 8-lane ldmatrix phase (rows R, R+1, R+32, R+33 of each group) still
+// hits 8 bank groups (tile_key).
+template <class Cfg>
+__device__ __forceinline__ int col_group(int warp, int pass, int g) {
+  return Cfg::kGroupsPerPass == 1 ? warp + pass * Cfg::kWarps : warp ^ (12 * g);
+}
+
+// Colwise: a warp pass converts 4 slots, each one 32-row block of an 8-column group (128 rows: one
+// group, blocks 0-3; 64 rows: two groups, blocks 0-1). Lane 8i+j addresses row 32*blk + 8n + 2i +
+// j%2 of slot j/2 for ldmatrix n, so that (ptx.cuh) lane t receives column t/4 of slot t%4 at rows
+// 2(4n+i), 2(4n+i)+1 of its block: word 4n+i of its whole 32x1 block, in the order quantize_words
+// takes. Lanes 4j..4j+3 hold the slots' blocks of q_col row 8*group + j, so neighbour lanes store
+// whole sectors (store_block_pair) of 64 contiguous bytes of one row. The scale goes to the colwise
+// scale staging (atom layout, or [k][block] for plain scales). rows / cols: how much of the tile
+// lies inside x.
+template <class Cfg, class Math, ColScales kCol>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
                                                int64_t M, int rows, int cols, uint8_t* col_atom) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int addr_row = kBlock * ((lane % 8) / 2) + 2 * (lane / 8) + lane % 2;  // + 8n
-  const int blk = lane % 4;
+  const int addr_slot = (lane % 8) / 2;
+  const int addr_row = kBlock * (addr_slot % Cfg::kChunks) + 2 * (lane / 8) + lane % 2;  // + 8n
+  const int slot = lane % 4;
+  const int blk = slot % Cfg::kChunks;
 #pragma unroll
-  for (int u = 0; u < Config::kColGroupsPerWarp; ++u) {
-    const int group = warp + u * Config::kWarps;
-    const int chunk = group ^ tile_key(addr_row, group / 8);  // rows addr_row + 8n
+  for (int u = 0; u < Cfg::kColPasses; ++u) {
+    const int addr_group = col_group<Cfg>(warp, u, addr_slot / Cfg::kChunks);
+    const int chunk = addr_group ^ tile_key(addr_row, addr_group / 8);  // rows addr_row + 8n
     uint32_t w[kBlock / 2];
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
@@ -225,7 +246,7 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
       w[4 * n + 2] = m.z;
       w[4 * n + 3] = m.w;
     }
-    const int k = 8 * group + lane / 4;
+    const int k = 8 * col_group<Cfg>(warp, u, slot / Cfg::kChunks) + lane / 4;
     uint4 q[2];
     const uint8_t s = Math::col(w, q);
     const bool row_in = k < cols;
@@ -233,7 +254,7 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
     store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
                      row_in && pair * kBlock < rows, row_in && (pair + 1) * kBlock < rows);
     if constexpr (kCol == ColScales::kPlain) {
-      col_atom[k * Config::kColBlocks + blk] = s;
+      col_atom[k * kAtomCols + blk] = s;
     } else {
       col_atom[atom_offset<unsigned>(k, blk)] = s;
     }
@@ -251,10 +272,11 @@ __device__ __forceinline__ void appended_cta(const TileParams& p) {
 
 // Math: the block math (Mxfp8Math<kIn, kRule>, or ProbeMath). kGrouped: offs given (s_row in the
 // M-groups layout, s_col in the K-groups layout when kCol says so; the CTAs past p.tiles zero the
-// slack and write the status word).
-template <class Math, bool kRowwise, ColScales kCol, bool kGrouped>
-__global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
+// slack and write the status word). kRows: the tile height, 128 or 64 (Config).
+template <class Math, bool kRowwise, ColScales kCol, bool kGrouped, int kRows>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile_kernel(const TileParams p) {
+  using Cfg = Config<kRows>;
   constexpr bool kColwise = kCol != ColScales::kNone;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -267,25 +289,24 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   const int lane = threadIdx.x % 32;
   // Tile order: K fastest, except for the colwise-only kernel, whose only output runs along M.
   const int64_t fast_tiles = kRowwise ? p.k_tiles : p.m_tiles;
-  const int64_t fast0 = blockIdx.x % fast_tiles * kTile;
-  const int64_t slow0 = blockIdx.x / fast_tiles * kTile;
-  const int64_t m0 = kRowwise ? slow0 : fast0;
-  const int64_t k0 = kRowwise ? fast0 : slow0;
-  const int rows = static_cast<int>(min(int64_t(kTile), p.M - m0));  // multiples of 32
+  const int64_t fast = blockIdx.x % fast_tiles, slow = blockIdx.x / fast_tiles;
+  const int64_t m0 = (kRowwise ? slow : fast) * kRows;
+  const int64_t k0 = (kRowwise ? fast : slow) * kTile;
+  const int rows = static_cast<int>(min(int64_t(kRows), p.M - m0));  // multiples of 32
   const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
 
   // ---- load ---- coalesced: a warp instruction reads two whole 256-byte tile rows. Warp w loads
-  // exactly the 16 rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the
+  // exactly the 16 (8) rows its rowwise pass owns (row 16w + 2i + lane/16, chunk lane%16), so the
   // rowwise pass needs only __syncwarp and runs while other warps still wait for their loads.
   // Every chunk also goes to the staged tile; chunks past the edge of x are staged as zeros.
-  const int chunk = lane % Config::kChunksPerRow;
-  const int row0 = warp * Config::kRowsPerWarp + lane / Config::kChunksPerRow;
-  constexpr int kLoadStep = 32 / Config::kChunksPerRow;  // 2 rows per warp instruction
-  const bool chunk_in = chunk * Config::kChunk < cols;
-  const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Config::kChunk;
+  const int chunk = lane % Cfg::kChunksPerRow;
+  const int row0 = warp * Cfg::kRowsPerWarp + lane / Cfg::kChunksPerRow;
+  constexpr int kLoadStep = 32 / Cfg::kChunksPerRow;  // 2 rows per warp instruction
+  const bool chunk_in = chunk * Cfg::kChunk < cols;
+  const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Cfg::kChunk;
   const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
 #pragma unroll
-  for (int i = 0; i < Config::kLoads; ++i) {
+  for (int i = 0; i < Cfg::kLoads; ++i) {
     const int row = row0 + i * kLoadStep;
     const bool in = chunk_in && row < rows;
     ptx::cp_async_cg_16(&smem.tile[row][chunk ^ load_key], in ? x + i * kLoadStep * p.K : p.x, in);
@@ -294,18 +315,18 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   // go on, the barrier after rowwise publishes the places.
   __shared__ TilePlaces places;
   if (kGrouped && warp == 0) {
-    plan_tile_places<kAtomCols>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
-                                kCol == ColScales::kKGroups);
+    plan_tile_places<Cfg::kChunks>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
+                                   kCol == ColScales::kKGroups);
   }
   ptx::cp_async_wait_all();
   __syncwarp();
-  // ---- rowwise ---- warp w owns rows 16w..16w+15; lane l takes blocks l and l+32 of them: block
-  // b is row 16w + b/4, columns 32*(b%4)..
+  // ---- rowwise ---- warp w owns rows 16w..16w+15 (64 rows: 8w..8w+7); lane l takes blocks l and
+  // l+32 of them (64 rows: block l): block b is row 16w + b/4, columns 32*(b%4)..
   if constexpr (kRowwise) {
-    const int blk = lane % Config::kBlocksPerRow;
+    const int blk = lane % Cfg::kBlocksPerRow;
     const int row =
-        warp * Config::kRowsPerWarp + lane / Config::kBlocksPerRow;  // + 8 for the second block
-    constexpr int kRowStep = 32 / Config::kBlocksPerRow;             // 8
+        warp * Cfg::kRowsPerWarp + lane / Cfg::kBlocksPerRow;  // + 8 for the second block
+    constexpr int kRowStep = 32 / Cfg::kBlocksPerRow;          // 8
     // The pair's two adjacent blocks start at the even lane's block; this lane stores 16 bytes into
     // each.
     const int pair = blk & ~1;
@@ -313,12 +334,12 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
     // row % 32 < 24 and the second block is 8 rows on: its atom offset is the first one's + 8 * 16.
     const unsigned atom = atom_offset<unsigned>(row, blk);
 #pragma unroll
-    for (int j = 0; j < Config::kRowBlocksPerThread; ++j) {
+    for (int j = 0; j < Cfg::kRowBlocksPerThread; ++j) {
       const int r = row + j * kRowStep;
-      uint4 b[Config::kChunksPerBlock];
+      uint4 b[Cfg::kChunksPerBlock];
 #pragma unroll
-      for (int i = 0; i < Config::kChunksPerBlock; ++i) {
-        b[i] = smem.tile[r][(blk * Config::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
+      for (int i = 0; i < Cfg::kChunksPerBlock; ++i) {
+        b[i] = smem.tile[r][(blk * Cfg::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
       }
       const bool row_in = r < rows;
       smem.row_atom[atom + j * kRowStep * 16] =
@@ -329,16 +350,17 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
   __syncthreads();
   // ---- colwise ----
   if constexpr (kColwise) {
-    colwise_blocks<Math, kCol>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols, smem.col_atom);
+    colwise_blocks<Cfg, Math, kCol>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols,
+                                    smem.col_atom);
   }
   __syncthreads();
   // ---- scales ----
   const ScaleOut out{p.s_row, p.s_col, p.M, p.K};
-  const bool last_m = m0 + kTile >= p.M;
+  const bool last_m = m0 + kRows >= p.M;
   if constexpr (kColwise)
-    store_col_scales<kCol, kAtomCols>(out, m0, k0, smem.col_atom, places, last_m);
+    store_col_scales<kCol, Cfg::kChunks>(out, m0, k0, smem.col_atom, places, last_m);
   if constexpr (kRowwise) {
-    store_row_scales<kGrouped, kAtomCols>(out, m0, k0, smem.row_atom, places, last_m);
+    store_row_scales<kGrouped, Cfg::kChunks>(out, m0, k0, smem.row_atom, places, last_m);
   }
 }
 
@@ -357,7 +379,7 @@ __global__ void __launch_bounds__(Config::kThreads, Config::kMinBlocksPerSm)
 // rows r, r+1) the keys take 8 values; in the colwise pass a warp reads 16 columns of rows j and
 // j + 32, which the row-bit-5 term sends to complementary bank halves.
 struct ConfigF32 {
-  static constexpr int kThreads = Config::kThreads;
+  static constexpr int kThreads = Config<>::kThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kRows = 64;                                 // tile rows (M)
   static constexpr int kChunk = 4;                                 // fp32 per 16-byte load
@@ -398,7 +420,7 @@ __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock
 }
 
 template <bool kRowwise, ColScales kCol, bool kGrouped, ScaleRounding kRule>
-__global__ void __launch_bounds__(ConfigF32::kThreads, Config::kMinBlocksPerSm)
+__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile_f32_kernel(const TileParams p) {
   using C = ConfigF32;
   constexpr bool kColwise = kCol != ColScales::kNone;
@@ -513,9 +535,12 @@ void launch_variant(const TileParams& params, cudaStream_t stream) {
   if constexpr (kIn == DType::kFloat32) {
     quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>
         <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(params);
+  } else if (params.rows == kTile) {
+    quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile>
+        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(params);
   } else {
-    quantize_tile_kernel<Math, kRowwise, kCol, kGrouped>
-        <<<ctas, Config::kThreads, smem_bytes, stream>>>(params);
+    quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile / 2>
+        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(params);
   }
   MXQ_CHECK_CUDA(cudaGetLastError());
 }
@@ -545,6 +570,19 @@ void launch_tile_kernel(const TileParams& params, DType in, ScaleRounding rule,
   }
 }
 
+// The tile height of a launch: fp32 tiles hold 64 rows (ConfigF32). 16-bit tiles hold 128 rows,
+// or 64 when the 64-row tiles all fit in one wave of resident CTAs: more, shorter CTAs per SM
+// overlap one's loads with another's math and stores (at 512x4096 and 1024x4096 on the H200 fused
+// takes 0.97 and 0.92 of the 128-row time; with a second wave, 2048x4096, 1.09; docs/performance.md).
+int tile_rows(const QuantizeParams& p) {
+  if (p.dtype == DType::kFloat32) return ConfigF32::kRows;
+  const int forced = detail::forced_tile_rows();
+  if (forced != 0) return forced;
+  const int64_t half_tiles = ceil_div(p.M, kTile / 2) * ceil_div(p.K, kTile);
+  const int64_t resident = int64_t(Config<>::kMinBlocksPerSm) * detail::multiprocessor_count();
+  return half_tiles <= resident ? kTile / 2 : kTile;
+}
+
 TileParams tile_params(const QuantizeParams& p) {
   TileParams t{};
   t.x = static_cast<const uint16_t*>(p.x);
@@ -557,7 +595,8 @@ TileParams tile_params(const QuantizeParams& p) {
   t.offs = p.offs;
   t.num_groups = static_cast<int>(p.num_groups);
   t.status = p.status;
-  t.m_tiles = ceil_div(p.M, p.dtype == DType::kFloat32 ? ConfigF32::kRows : kTile);
+  t.rows = tile_rows(p);
+  t.m_tiles = ceil_div(p.M, t.rows);
   t.k_tiles = ceil_div(p.K, kTile);
   t.tiles = t.m_tiles * t.k_tiles;
   return t;
@@ -611,7 +650,8 @@ void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace) {
   launch_swizzle_col_scales(workspace, p);
 }
 
-// The fused dense bf16 kernel with ProbeMath (the rounding rule is unused).
+// The fused dense bf16 kernel with ProbeMath (the rounding rule is unused), at the tile height the
+// fused kernel would take.
 void launch_quantize_probe(const QuantizeParams& p) {
   kernels::launch_variant<DType::kBFloat16, true, ColScales::kBlocked, false, ScaleRounding::kRceil,
                           kernels::ProbeMath>(kernels::tile_params(p), p.stream);

@@ -1,18 +1,20 @@
 // Every quantize path on the device, byte-exact against the CPU reference (issues 3 and 4):
 //   GpuOps       dense: each path x small/medium shapes x every input family x both rounding rules
+//                x both tile heights of the 16-bit kernels (128 and 64 rows, forced)
 //   GpuGrouped   every path with offs (32-aligned groups; rowwise only with the M-groups s_row,
 //                colwise only with the K-groups s_col, fused, composed): G = 1, 4, 8, 64, 300,
 //                1024 (the scan's three forms: one group per lane, two, eight in passes of 256
 //                groups; common.cuh scan_groups), empty groups, a tail, full cover, all tail;
 //                the status word written 0, both grouped scale layouts also against their
-//                torchao-style rearrangements
+//                torchao-style rearrangements; both tile heights
 //   GpuTargeted  constructed inputs: RCEIL cutoff neighbours, scale boundaries, scale byte 0,
 //                Inf/NaN footprints, mixed magnitudes, the docs/numerics.md §4 table (also checked
 //                against the table itself), and a sweep of every bf16 pattern against most scales
 //                (the hardware conversion check)
 //   GpuProbe     mxq::bench::quantize_probe (the benchmark's data-movement probe) writes every
 //                byte the fused path writes, and its stand-in values: the high byte of each
-//                element in q_row and q_col, 127 in every scale byte
+//                element in q_row and q_col, 127 in every scale byte of a staged tile (0 in the
+//                padding past the last 64-row tile); both tile heights
 // Outputs are poisoned before every run and every output sits between guard bands (gpu_util.h).
 #include <array>
 #include <iterator>
@@ -29,11 +31,12 @@ constexpr Path kAllPaths[] = {Path::kRowwise, Path::kColwise, Path::kFused, Path
 // ------------------------------------------------------------------------------------------------
 // GpuOps: dense, every path x shape x input family x rounding.
 // ------------------------------------------------------------------------------------------------
-using DenseParam = std::tuple<Path, Shape, Dist, ScaleRounding>;
+using DenseParam = std::tuple<Path, Shape, Dist, ScaleRounding, int>;
 class GpuOps : public GpuTestWithParam<DenseParam> {};
 
 TEST_P(GpuOps, MatchesReference) {
-  const auto [path, shape, dist, rounding] = GetParam();
+  const auto [path, shape, dist, rounding, tile_rows] = GetParam();
+  const ForcedTileRows forced(tile_rows);
   const uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<uint16_t> x = make_input(shape.M, shape.K, dist, seed);
@@ -44,9 +47,9 @@ TEST_P(GpuOps, MatchesReference) {
 }
 
 std::string dense_name(const ::testing::TestParamInfo<DenseParam>& info) {
-  const auto& [path, shape, dist, rounding] = info.param;
+  const auto& [path, shape, dist, rounding, tile_rows] = info.param;
   return std::string(path_name(path)) + "_" + shape_name(shape) + "_" + dist_name(dist) + "_" +
-         rounding_name(rounding);
+         rounding_name(rounding) + "_rows" + std::to_string(tile_rows);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -58,17 +61,19 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{512, 4096}),
                        ::testing::Values(Dist::kSpecial, Dist::kNormal, Dist::kUniform, Dist::kWide,
                                          Dist::kArange),
-                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
+                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor),
+                       ::testing::ValuesIn(kTileHeights)),
     dense_name);
 
 // ------------------------------------------------------------------------------------------------
 // GpuGrouped: every path with device offs and the status word.
 // ------------------------------------------------------------------------------------------------
-using GroupedParam = std::tuple<Path, Shape, int, GroupFill, ScaleRounding>;
+using GroupedParam = std::tuple<Path, Shape, int, GroupFill, ScaleRounding, int>;
 class GpuGrouped : public GpuTestWithParam<GroupedParam> {};
 
 TEST_P(GpuGrouped, MatchesReference) {
-  const auto [path, shape, G, fill, rounding] = GetParam();
+  const auto [path, shape, G, fill, rounding, tile_rows] = GetParam();
+  const ForcedTileRows forced(tile_rows);
   const uint64_t seed = test_seed();
   const std::vector<int32_t> offs = make_offs(shape.M, G, fill, seed ^ 1);
   SCOPED_TRACE("seed " + std::to_string(seed) + ", offs " + offs_to_string(offs));
@@ -91,9 +96,10 @@ TEST_P(GpuGrouped, MatchesReference) {
 }
 
 std::string grouped_name(const ::testing::TestParamInfo<GroupedParam>& info) {
-  const auto& [path, shape, G, fill, rounding] = info.param;
+  const auto& [path, shape, G, fill, rounding, tile_rows] = info.param;
   return std::string(path_name(path)) + "_" + shape_name(shape) + "_G" + std::to_string(G) + "_" +
-         group_fill_name(fill) + "_" + rounding_name(rounding);
+         group_fill_name(fill) + "_" + rounding_name(rounding) + "_rows" +
+         std::to_string(tile_rows);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -102,7 +108,8 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Shape{1056, 224}, Shape{1024, 384}, Shape{8192, 256}),
                        ::testing::Values(1, 4, 8, 64, 300, kMaxGroups),
                        ::testing::Values(GroupFill::kTail, GroupFill::kFull, GroupFill::kEmpty),
-                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
+                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor),
+                       ::testing::ValuesIn(kTileHeights)),
     grouped_name);
 
 // ------------------------------------------------------------------------------------------------
@@ -443,10 +450,12 @@ INSTANTIATE_TEST_SUITE_P(
 // ------------------------------------------------------------------------------------------------
 // GpuProbe: the probe moves the fused path's bytes (every byte of all four outputs, nothing else).
 // ------------------------------------------------------------------------------------------------
-class GpuProbe : public GpuTestWithParam<Shape> {};
+using ProbeParam = std::tuple<Shape, int>;
+class GpuProbe : public GpuTestWithParam<ProbeParam> {};
 
 TEST_P(GpuProbe, WritesEveryFusedByteWithTheStandIn) {
-  const Shape shape = GetParam();
+  const auto [shape, tile_rows] = GetParam();
+  const ForcedTileRows forced(tile_rows);
   const int64_t M = shape.M, K = shape.K;
   const uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -461,8 +470,22 @@ TEST_P(GpuProbe, WritesEveryFusedByteWithTheStandIn) {
       want.q_col[size_t(k * M + m)] = high;
     }
   }
-  want.s_row.assign(size_t(s_row_shape(M, K).bytes()), 127);
-  want.s_col.assign(size_t(s_col_shape(M, K).bytes()), 127);
+  // Every scale of a staged tile is the stand-in 127, also those of the zero rows past the edge of
+  // x; the blocked padding past the last tile is 0 (only a 64-row tile ends before its atom does).
+  const int64_t staged_rows = round_up(M, int64_t(tile_rows));
+  const Shape2d s_row = s_row_shape(M, K), s_col = s_col_shape(M, K);
+  want.s_row.assign(size_t(s_row.bytes()), 0);
+  want.s_col.assign(size_t(s_col.bytes()), 0);
+  for (int64_t r = 0; r < staged_rows; ++r) {
+    for (int64_t c = 0; c < s_row.cols; ++c) {
+      want.s_row[size_t(blocked_offset(r, c, s_row.cols))] = 127;
+    }
+  }
+  for (int64_t r = 0; r < s_col.rows; ++r) {
+    for (int64_t c = 0; c < staged_rows / kBlock; ++c) {
+      want.s_col[size_t(blocked_offset(r, c, s_col.cols))] = 127;
+    }
+  }
   Stream stream;
   DeviceProblem dev(x, M, K, stream.get());
   dev.poison();
@@ -473,10 +496,13 @@ TEST_P(GpuProbe, WritesEveryFusedByteWithTheStandIn) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuProbe,
-                         ::testing::Values(Shape{32, 32}, Shape{96, 160}, Shape{544, 96},
-                                           Shape{128, 128}, Shape{1024, 384}, Shape{512, 4096}),
-                         [](const ::testing::TestParamInfo<Shape>& info) {
-                           return shape_name(info.param);
+                         ::testing::Combine(::testing::Values(Shape{32, 32}, Shape{96, 160},
+                                                              Shape{544, 96}, Shape{128, 128},
+                                                              Shape{1024, 384}, Shape{512, 4096}),
+                                            ::testing::ValuesIn(kTileHeights)),
+                         [](const ::testing::TestParamInfo<ProbeParam>& info) {
+                           return shape_name(std::get<0>(info.param)) + "_rows" +
+                                  std::to_string(std::get<1>(info.param));
                          });
 
 }  // namespace

@@ -75,6 +75,17 @@ class GpuTestWithParam : public ::testing::TestWithParam<Param> {
   void SetUp() override { MXQ_SKIP_WITHOUT_GPU(); }
 };
 
+// Forces the 16-bit quantize kernels' tile height (64 or 128 rows) for one scope, then gives the
+// choice back to each launch (mxq::bench::force_tile_rows).
+class ForcedTileRows {
+ public:
+  explicit ForcedTileRows(int rows) { bench::force_tile_rows(rows); }
+  ~ForcedTileRows() { bench::force_tile_rows(0); }
+  ForcedTileRows(const ForcedTileRows&) = delete;
+  ForcedTileRows& operator=(const ForcedTileRows&) = delete;
+};
+constexpr int kTileHeights[] = {128, 64};
+
 // ---- seeds: different for every test, reproducible, and movable with MXQ_TEST_SEED=<n> ----
 inline uint64_t splitmix64(uint64_t z) {
   z += 0x9E3779B97F4A7C15ull;

@@ -704,14 +704,23 @@ TEST(GpuValidationBasics, EmptyShapesLaunchNothing) {
 }
 
 // The composed path with an empty x: all four buffers have 0 bytes and may be null, like the
-// fused path's, and the workspace (0 bytes) too. DISABLED: quantize_composed checks
-// "p.rowwise() && p.colwise()" (pointers non-null) before the empty-input exit, so a torch caller
-// with zero-size (null) outputs is refused (src/host/api.cpp, quantize_composed).
+// fused path's, and the workspace (0 bytes) too.
 TEST(GpuValidationBasics, ComposedEmptyShapesNeedNoBuffers) {
   QuantizeParams p;
   p.M = 0;
   p.K = 256;
   EXPECT_NO_THROW(quantize_composed(p, nullptr));
+}
+
+// The benchmark's tile-height setting takes 0 (automatic), 64 and 128 and refuses anything else;
+// it needs no device.
+TEST(GpuValidationBasics, ForceTileRowsTakesOnlyTheTileHeights) {
+  for (int rows : {0, 64, 128}) EXPECT_NO_THROW(bench::force_tile_rows(rows));
+  for (int rows : {-64, 1, 32, 96, 256}) {
+    EXPECT_TRUE(throws_error([&] { bench::force_tile_rows(rows); }, "mxq::bench::force_tile_rows",
+                             exact("rows must be 0, 64 or 128, got " + std::to_string(rows))));
+  }
+  bench::force_tile_rows(0);
 }
 
 #ifndef MXQ_WITH_CUDA

@@ -10,7 +10,9 @@
 // none), and an input of random bit patterns around a per-row magnitude with special values (NaN,
 // +-Inf, +-0, subnormals, the largest finite values) planted at random positions. A weight case
 // quantizes W (G, N = M, K) with G log-uniform from 1 to 16 (G*N*K at most --max-dim^2), policy
-// 1x32 or 32x32, and rowwise, colwise or both axes. Outputs are poisoned with a random byte first
+// 1x32 or 32x32, and rowwise, colwise or both axes. A quantize case also picks the 16-bit kernels'
+// tile height: the launch's own choice, or 64 or 128 rows forced (mxq::bench::force_tile_rows;
+// fp32 tiles always hold 64 rows). Outputs are poisoned with a random byte first
 // and followed by a guard band; every byte must equal the reference's and every guard byte must be
 // intact. Exit code 0 only when no case mismatched.
 #include <cuda_runtime_api.h>
@@ -109,6 +111,7 @@ struct Case {
   int64_t experts = 1;
   WeightScaling scaling = WeightScaling::k32x32;
   uint8_t poison = 0;
+  int tile_rows = 0;  // quantize paths: 0 (the launch chooses), 64 or 128 (forced)
 
   int64_t rows() const { return experts * M; }  // of the input, K elements each
   std::string describe() const {
@@ -120,6 +123,7 @@ struct Case {
     }
     std::string s = std::string(path_name(path)) + " " + dtype_name(dtype) + " " +
                     mxq::to_string(rule) + " " + std::to_string(M) + "x" + std::to_string(K);
+    if (tile_rows != 0) s += " tile rows " + std::to_string(tile_rows);
     if (!offs.empty()) {
       s += " G=" + std::to_string(offs.size()) + " offs=[";
       for (size_t g = 0; g < offs.size() && g < 8; ++g)
@@ -160,6 +164,8 @@ Case draw_case(uint64_t seed, int64_t index, int64_t max_dim, const std::vector<
     ends.back() = covered;
     for (int64_t e : ends) c.offs.push_back(static_cast<int32_t>(32 * e));
   }
+  // Drawn last, so the fields above are those the same (seed, case) drew before this one existed.
+  c.tile_rows = static_cast<int>(64 * rng.uniform(0, 2));
   return c;
 }
 
@@ -392,6 +398,7 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
       p.status = reinterpret_cast<int32_t*>(
           expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
     }
+    mxq::bench::force_tile_rows(c.tile_rows);
     if (c.path == Path::kComposed) {
       uint8_t* ws = arena.take(size_t(mxq::composed_workspace_bytes(c.M, c.K)));
       return ran(c, [&] { mxq::quantize_composed(p, ws); });
