@@ -202,9 +202,9 @@ void add_bench(CLI::App& app, Args& a) {
       ->capture_default_str();
   bench
       ->add_option("--tile-rows", o.tile_rows,
-                   "Tile height of the 16-bit quantize kernels: 0 lets each launch choose (64 "
-                   "under one wave of SMs, else 128), 64 or 128 forces it (mxq::bench::"
-                   "force_tile_rows)")
+                   "Tile height of the 16-bit quantize kernels: 0 lets each launch choose (64 when "
+                   "the 64-row tiles fit one wave of resident CTAs, else 128), 64 or 128 forces it "
+                   "(mxq::bench::force_tile_rows)")
       ->check(CLI::IsMember({0, 64, 128}))
       ->capture_default_str();
   add_seed(bench, a.bench_seed, "Random seed of the inputs and the groups (0 to 2^64-1)");

@@ -170,9 +170,9 @@ namespace bench {
 // MXFP8. Dense bf16 with both axes only; p.rounding is ignored.
 void quantize_probe(const QuantizeParams& p);
 // The tile height of the 16-bit quantize kernels for every later call in the process: 0 (the
-// default) lets each launch choose (64 rows when 128-row tiles would not fill one wave of SMs, else
-// 128); 64 or 128 forces it. The bytes written are the same either way. Not thread-safe against
-// concurrent launches that expect another setting.
+// default) lets each launch choose (64 rows when the 64-row tiles all fit in one wave of resident
+// CTAs, else 128); 64 or 128 forces it. The bytes written are the same either way. Process-wide: a
+// launch on another thread sees the setting too.
 void force_tile_rows(int rows);
 }  // namespace bench
 

@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   ptx::cp_async_wait_all();
   __syncwarp();
   // ---- rowwise ---- warp w owns rows 16w..16w+15 (64 rows: 8w..8w+7); lane l takes blocks l and
-  // l+32 of them (64 rows: block l): block b is row 16w + b/4, columns 32*(b%4)..
+  // l+32 of them (64 rows: block l): block b is row 16w + b/4 (8w + b/4), columns 32*(b%4)..
   if constexpr (kRowwise) {
     const int blk = lane % Cfg::kBlocksPerRow;
     const int row =
