@@ -164,8 +164,12 @@ Case draw_case(uint64_t seed, int64_t index, int64_t max_dim, const std::vector<
     ends.back() = covered;
     for (int64_t e : ends) c.offs.push_back(static_cast<int32_t>(32 * e));
   }
-  // Drawn last, so the fields above are those the same (seed, case) drew before this one existed.
-  c.tile_rows = static_cast<int>(64 * rng.uniform(0, 2));
+  // Drawn last, so the fields above are those the same (seed, case) drew before this one existed;
+  // kept by the quantize paths only.
+  const int tile_rows = static_cast<int>(64 * rng.uniform(0, 2));
+  const bool quantize = c.path == Path::kFused || c.path == Path::kRowwise ||
+                        c.path == Path::kColwise || c.path == Path::kComposed;
+  c.tile_rows = quantize ? tile_rows : 0;
   return c;
 }
 
