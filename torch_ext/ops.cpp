@@ -155,11 +155,11 @@ struct Outputs {
 };
 
 // What every quantize op checks of its inputs (the core checks the values), and the output shapes
-// from layout.h: q_col's is its logical (M, K), strides (1, M) over the physical (K, M) array.
+// from layout.h: q_col has the logical (M, K) of q_row, strides (1, M) over the physical (K, M) array.
 struct QuantizeCall {
   DType dtype;
   ScaleRounding rounding;
-  std::array<SymInt, 2> q_row, s_row, q_col, s_col;
+  std::array<SymInt, 2> q, s_row, s_col;  // q: (M, K), the logical shape of q_row and of q_col
 };
 
 QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block_size,
@@ -182,7 +182,7 @@ QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
   const auto s_row = s_row_shape(M, K, G, grouped);
   const auto s_col = s_col_shape(M, K, G, grouped);
-  return {*dtype, rounding, {M, K}, {s_row.rows, s_row.cols}, {M, K}, {s_col.rows, s_col.cols}};
+  return {*dtype, rounding, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
 }
 
 // One core call writing the outputs present in `o` (an absent pair skips its axis).
@@ -226,13 +226,12 @@ Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& 
   const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs);
   Outputs o;
   if (variant != Variant::kColwise) {
-    o.q_row = empty_output(x, call.q_row, at::kFloat8_e4m3fn);
+    o.q_row = empty_output(x, call.q, at::kFloat8_e4m3fn);
     o.s_row = empty_output(x, call.s_row, at::kFloat8_e8m0fnu);
   }
   if (variant != Variant::kRowwise) {
     // The (K, M) storage seen as (M, K): strides (1, M), M = 0 included.
-    const SymInt& M = call.q_col[0];
-    o.q_col = empty_output(x, call.q_col, at::kFloat8_e4m3fn, {SymInt(1), M});
+    o.q_col = empty_output(x, call.q, at::kFloat8_e4m3fn, {SymInt(1), call.q[0]});
     o.s_col = empty_output(x, call.s_col, at::kFloat8_e8m0fnu);
   }
   if (!meta) run_quantize(op, variant, x, call, offs, o);
@@ -294,13 +293,13 @@ void quantize_out(const Tensor& x, int64_t block_size, c10::string_view scaling_
                     ": out must give at least one pair of outputs, got none");
   Outputs o;
   if (q_row.has_value()) {
-    check_output(op, "q_row", *q_row, x, at::kFloat8_e4m3fn, call.q_row, false);
+    check_output(op, "q_row", *q_row, x, at::kFloat8_e4m3fn, call.q, false);
     check_output(op, "s_row", *s_row, x, at::kFloat8_e8m0fnu, call.s_row, false);
     o.q_row = *q_row;
     o.s_row = *s_row;
   }
   if (q_col.has_value()) {
-    check_output(op, "q_col", *q_col, x, at::kFloat8_e4m3fn, call.q_col, true);
+    check_output(op, "q_col", *q_col, x, at::kFloat8_e4m3fn, call.q, true);
     check_output(op, "s_col", *s_col, x, at::kFloat8_e8m0fnu, call.s_col, false);
     o.q_col = *q_col;
     o.s_col = *s_col;
