@@ -14,14 +14,19 @@ __global__ void probe_kernel() {}
 
 namespace mxq::detail {
 
-void require_supported_device() {
-  // One bit per device already verified: the driver query costs microseconds, and this runs on
-  // every call. A race only repeats the query.
-  static std::atomic<uint64_t> verified{0};
+namespace {
+// The current device's SM count once its kernel code is verified; the check runs once per device
+// (the driver queries cost microseconds, and every call passes here). Devices 0..63 are cached, a
+// race only repeats the queries.
+int verified_multiprocessor_count() {
+  constexpr int kCached = 64;
+  static std::atomic<int> counts[kCached] = {};  // 0: not verified yet
   int device = 0;
   MXQ_CHECK_CUDA(cudaGetDevice(&device));
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-  if (verified.load(std::memory_order_relaxed) & bit) return;
+  if (device < kCached) {
+    const int n = counts[device].load(std::memory_order_relaxed);
+    if (n != 0) return n;
+  }
   cudaDeviceProp prop{};
   MXQ_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   cudaFuncAttributes attr{};
@@ -29,20 +34,13 @@ void require_supported_device() {
   if (err != cudaSuccess) (void)cudaGetLastError();
   MXQ_CHECK_SUPPORTED(err == cudaSuccess, "no kernel code for ", prop.name, " (compute capability ",
                       prop.major, ".", prop.minor, "); this build targets ", MXQ_CUDA_ARCHS);
-  verified.fetch_or(bit, std::memory_order_relaxed);
+  if (device < kCached) counts[device].store(prop.multiProcessorCount, std::memory_order_relaxed);
+  return prop.multiProcessorCount;
 }
+}  // namespace
 
-int multiprocessor_count() {
-  constexpr int kCached = 64;
-  static std::atomic<int> counts[kCached] = {};  // 0: not queried yet
-  int device = 0;
-  MXQ_CHECK_CUDA(cudaGetDevice(&device));
-  int n = device < kCached ? counts[device].load(std::memory_order_relaxed) : 0;
-  if (n == 0) {
-    MXQ_CHECK_CUDA(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    if (device < kCached) counts[device].store(n, std::memory_order_relaxed);
-  }
-  return n;
-}
+void require_supported_device() { (void)verified_multiprocessor_count(); }
+
+int multiprocessor_count() { return verified_multiprocessor_count(); }
 
 }  // namespace mxq::detail

@@ -18,9 +18,9 @@ void launch_quantize_weight(const QuantizeWeightParams& p);  // quantize_weight.
 void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p);
 
 // Refuses (Error::Kind::kUnsupported) a current device for which this build holds no kernel code.
-// Cached per device: the driver query runs once per device and process.
+// Cached per device: the driver queries run once per device and process.
 void require_supported_device();
-// The current device's SM count, cached per device as above.
+// The current device's SM count, from the same check and cache (so it refuses the same devices).
 int multiprocessor_count();
 // 0, or the 16-bit quantize kernels' tile height set by bench::force_tile_rows (src/host/api.cpp).
 int forced_tile_rows();
