@@ -55,6 +55,8 @@
 // - The variants tried and rejected, with their measurements, are in docs/performance.md.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "common.cuh"
 #include "launch.h"
 #include "scales.cuh"
@@ -116,7 +118,8 @@ struct TileParams {
   int32_t* status;
   int64_t m_tiles, k_tiles;  // ceil(M/rows), ceil(K/128)
   int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
-  int rows;                  // tile height: 128 or 64 (16-bit input), 64 (fp32); for the launcher
+  Divider fast;  // by the tiles along the axis a CTA index walks fastest (launch_variant)
+  int rows;      // tile height: 128 or 64 (16-bit input), 64 (fp32); for the launcher
 };
 
 // ---- the block math: the 16-bit tile kernel's policy ----
@@ -288,10 +291,9 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   // Tile order: K fastest, except for the colwise-only kernel, whose only output runs along M.
-  const int64_t fast_tiles = kRowwise ? p.k_tiles : p.m_tiles;
-  const int64_t fast = blockIdx.x % fast_tiles, slow = blockIdx.x / fast_tiles;
-  const int64_t m0 = (kRowwise ? slow : fast) * kRows;
-  const int64_t k0 = (kRowwise ? fast : slow) * kTile;
+  const uint32_t slow = p.fast.div(blockIdx.x), fast = blockIdx.x - slow * p.fast.d;
+  const int64_t m0 = int64_t(kRowwise ? slow : fast) * kRows;
+  const int64_t k0 = int64_t(kRowwise ? fast : slow) * kTile;
   const int rows = static_cast<int>(min(int64_t(kRows), p.M - m0));  // multiples of 32
   const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
 
@@ -304,12 +306,14 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   constexpr int kLoadStep = 32 / Cfg::kChunksPerRow;  // 2 rows per warp instruction
   const bool chunk_in = chunk * Cfg::kChunk < cols;
   const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Cfg::kChunk;
+  const int64_t load_step = kLoadStep * p.K;
   const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
 #pragma unroll
   for (int i = 0; i < Cfg::kLoads; ++i) {
     const int row = row0 + i * kLoadStep;
     const bool in = chunk_in && row < rows;
-    ptx::cp_async_cg_16(&smem.tile[row][chunk ^ load_key], in ? x + i * kLoadStep * p.K : p.x, in);
+    ptx::cp_async_cg_16(&smem.tile[row][chunk ^ load_key], in ? x : p.x, in);
+    x += load_step;
   }
   // Grouped: warp 0 plans the tile's scale places while its loads are in flight; the other warps
   // go on, the barrier after rowwise publishes the places.
@@ -434,10 +438,9 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
   }
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const int64_t fast_tiles = kRowwise ? p.k_tiles : p.m_tiles;
-  const int64_t fast = blockIdx.x % fast_tiles, slow = blockIdx.x / fast_tiles;
-  const int64_t m0 = (kRowwise ? slow : fast) * C::kRows;
-  const int64_t k0 = (kRowwise ? fast : slow) * kTile;
+  const uint32_t slow = p.fast.div(blockIdx.x), fast = blockIdx.x - slow * p.fast.d;
+  const int64_t m0 = int64_t(kRowwise ? slow : fast) * C::kRows;
+  const int64_t k0 = int64_t(kRowwise ? fast : slow) * kTile;
   const int rows = static_cast<int>(min(int64_t(C::kRows), p.M - m0));  // 32 or 64
   const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
   const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
@@ -532,15 +535,20 @@ void launch_variant(const TileParams& params, cudaStream_t stream) {
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   if (grid == 0) return;
   const unsigned ctas = static_cast<unsigned>(grid);
+  TileParams p = params;
+  // No tiles at all (a grouped launch with M = 0): every CTA is an appended one, and 1 is as good
+  // as any divisor.
+  p.fast =
+      Divider::of(static_cast<uint32_t>(std::max<int64_t>(1, kRowwise ? p.k_tiles : p.m_tiles)));
   if constexpr (kIn == DType::kFloat32) {
     quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>
-        <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(params);
-  } else if (params.rows == kTile) {
+        <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(p);
+  } else if (p.rows == kTile) {
     quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile>
-        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(params);
+        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(p);
   } else {
     quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile / 2>
-        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(params);
+        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(p);
   }
   MXQ_CHECK_CUDA(cudaGetLastError());
 }

@@ -1,7 +1,9 @@
-// The shared-memory swizzle of a staged 128x128 tile of 16-bit elements (16 chunks of 16 bytes per
-// row), used by the fused kernel (quantize.cu) and the expert-weight kernel (quantize_weight.cu).
-// Plain host + device code without CUDA types, so that the CPU suite checks it
-// (tests/cpp/test_weight_tile.cpp: bijective per row, conflict-free for every access pattern).
+// Tile index math of the activation kernels (quantize.cu), plain host + device code without CUDA
+// types so that the CPU suite checks it (tests/cpp/test_weight_tile.cpp):
+//   tile_key  the shared-memory swizzle of a staged 128x128 tile of 16-bit elements (16 chunks of
+//             16 bytes per row), also used by the expert-weight kernel (quantize_weight.cu):
+//             bijective per row, conflict-free for every access pattern;
+//   Divider   the split of a CTA index into tile coordinates by a launch constant.
 #pragma once
 
 #include "mxq/numerics.h"
@@ -21,5 +23,24 @@ namespace mxq::kernels {
 MXQ_HD int tile_key(int row, int half) {
   return ((half ^ (row >> 5)) & 1) | ((row & 1) << 1) | ((row >> 4) & 4);
 }
+
+// n / d for a CTA index n < 2^31 and a launch constant d >= 1 by one multiply-high (Granlund and
+// Montgomery's round-up method): with shift = ceil(log2 d) and mul = floor(2^32 (2^shift - d) / d) + 1,
+// n / d = (mulhi(n, mul) + n) >> shift; n < 2^31 keeps the sum inside 32 bits. The tile kernels
+// split their CTA index with it: a 64-bit `%` and `/` cost ~30 dependent instructions (and a
+// 64-bit division routine) before a CTA's first load (docs/performance.md, variants).
+struct Divider {
+  uint32_t d = 1, mul = 1, shift = 0;
+  static Divider of(uint32_t d) {
+    Divider v;
+    v.d = d;
+    while ((uint64_t(1) << v.shift) < d) ++v.shift;
+    v.mul = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << v.shift) - d)) / d + 1);
+    return v;
+  }
+  MXQ_HD uint32_t div(uint32_t n) const {
+    return (static_cast<uint32_t>((uint64_t(n) * mul) >> 32) + n) >> shift;
+  }
+};
 
 }  // namespace mxq::kernels

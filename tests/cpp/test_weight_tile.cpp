@@ -11,13 +11,17 @@
 //   WeightTileStores   every store of every lane emulated on partial and full tiles: each byte of
 //                      q_row / q_col inside the matrix written exactly once with the right block's
 //                      bytes, nothing outside; atom bytes at the blocked-layout offsets
+//   TileDivider        the activation tile kernels' CTA index split (tile_key.h Divider) against
+//                      plain division, for divisors 1..4096, powers of two and their neighbours
 #include <gtest/gtest.h>
 
 #include <map>
+#include <random>
 #include <set>
 #include <tuple>
 #include <vector>
 
+#include "../../src/kernels/tile_key.h"
 #include "../../src/kernels/weight_tile.h"
 #include "mxq/layout.h"
 
@@ -509,6 +513,38 @@ TEST(WeightTileStores, AtomPaddingMasks) {
       }
     }
   }
+}
+
+// Divider::div(n) == n / d for every CTA index a launch can have (n < 2^31): all n below 2^16 and
+// around every multiple boundary that the samples reach, for the divisors the tile grids use.
+TEST(TileDivider, MatchesDivision) {
+  std::vector<uint32_t> divisors;
+  for (uint32_t d = 1; d <= 4096; ++d) divisors.push_back(d);
+  for (int b = 12; b < 31; ++b) {
+    for (int64_t d : {(int64_t(1) << b) - 1, int64_t(1) << b, (int64_t(1) << b) + 1}) {
+      divisors.push_back(uint32_t(d));
+    }
+  }
+  divisors.push_back(0x7FFFFFFFu);
+  std::mt19937_64 rng(7);
+  int64_t checked = 0;
+  for (const uint32_t d : divisors) {
+    const mxq::kernels::Divider div = mxq::kernels::Divider::of(d);
+    ASSERT_EQ(div.d, d);
+    const auto check = [&](uint32_t n) {
+      ASSERT_EQ(div.div(n), n / d) << "n " << n << " d " << d;
+      ++checked;
+    };
+    for (uint32_t n = 0; n < (d <= 64 ? 65536u : 2048u); ++n) check(n);
+    for (int i = 0; i < 2000; ++i) check(uint32_t(rng() % 0x80000000u));
+    for (uint32_t q : {1u, 2u, 3u, 1000u, 0x7FFFFFFFu / d}) {  // both sides of multiples of d
+      const uint64_t m = uint64_t(q) * d;
+      for (int64_t n : {int64_t(m) - 1, int64_t(m), int64_t(m) + 1}) {
+        if (n >= 0 && n < 0x80000000LL) check(uint32_t(n));
+      }
+    }
+  }
+  EXPECT_GT(checked, 10000000);
 }
 
 }  // namespace
