@@ -55,8 +55,6 @@
 // - The variants tried and rejected, with their measurements, are in docs/performance.md.
 #include <cuda_runtime.h>
 
-#include <algorithm>
-
 #include "common.cuh"
 #include "launch.h"
 #include "scales.cuh"
@@ -536,10 +534,7 @@ void launch_variant(const TileParams& params, cudaStream_t stream) {
   if (grid == 0) return;
   const unsigned ctas = static_cast<unsigned>(grid);
   TileParams p = params;
-  // No tiles at all (a grouped launch with M = 0): every CTA is an appended one, and 1 is as good
-  // as any divisor.
-  p.fast =
-      Divider::of(static_cast<uint32_t>(std::max<int64_t>(1, kRowwise ? p.k_tiles : p.m_tiles)));
+  p.fast = Divider::of(static_cast<uint32_t>(kRowwise ? p.k_tiles : p.m_tiles));
   if constexpr (kIn == DType::kFloat32) {
     quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>
         <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(p);

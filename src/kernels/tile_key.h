@@ -31,9 +31,11 @@ MXQ_HD int tile_key(int row, int half) {
 // 64-bit division routine) before a CTA's first load (docs/performance.md, variants).
 struct Divider {
   uint32_t d = 1, mul = 1, shift = 0;
+  // d = 0 (a launch without tiles, whose CTAs never split their index) divides by 1.
   static Divider of(uint32_t d) {
     Divider v;
-    v.d = d;
+    v.d = d == 0 ? 1 : d;
+    d = v.d;
     while ((uint64_t(1) << v.shift) < d) ++v.shift;
     v.mul = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << v.shift) - d)) / d + 1);
     return v;

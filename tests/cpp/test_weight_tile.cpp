@@ -545,6 +545,9 @@ TEST(TileDivider, MatchesDivision) {
     }
   }
   EXPECT_GT(checked, 10000000);
+  const mxq::kernels::Divider none = mxq::kernels::Divider::of(0);  // a launch without tiles
+  EXPECT_EQ(none.d, 1u);
+  EXPECT_EQ(none.div(12345), 12345u);
 }
 
 }  // namespace
