@@ -25,19 +25,20 @@ MXQ_HD int tile_key(int row, int half) {
 }
 
 // n / d for a CTA index n < 2^31 and a launch constant d >= 1 by one multiply-high (Granlund and
-// Montgomery's round-up method): with shift = ceil(log2 d) and mul = floor(2^32 (2^shift - d) / d) + 1,
-// n / d = (mulhi(n, mul) + n) >> shift; n < 2^31 keeps the sum inside 32 bits. The tile kernels
-// split their CTA index with it: a 64-bit `%` and `/` cost ~30 dependent instructions (and a
-// 64-bit division routine) before a CTA's first load (docs/performance.md, variants).
+// Montgomery's round-up method): with shift = ceil(log2 d) and
+// mul = floor(2^32 (2^shift - d) / d) + 1, n / d = (mulhi(n, mul) + n) >> shift, and n < 2^31 keeps
+// the sum inside 32 bits. The tile kernels split their CTA index with it: a 64-bit `%` and `/` cost
+// ~30 dependent instructions (and a 64-bit division routine) before a CTA's first load
+// (docs/performance.md, variants).
 struct Divider {
   uint32_t d = 1, mul = 1, shift = 0;
   // d = 0 (a launch without tiles, whose CTAs never split their index) divides by 1.
-  static Divider of(uint32_t d) {
+  static Divider of(uint32_t divisor) {
     Divider v;
-    v.d = d == 0 ? 1 : d;
-    d = v.d;
-    while ((uint64_t(1) << v.shift) < d) ++v.shift;
-    v.mul = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << v.shift) - d)) / d + 1);
+    v.d = divisor == 0 ? 1 : divisor;
+    while ((uint64_t(1) << v.shift) < v.d) ++v.shift;
+    v.mul =
+        static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << v.shift) - v.d)) / v.d + 1);
     return v;
   }
   MXQ_HD uint32_t div(uint32_t n) const {

@@ -515,8 +515,8 @@ TEST(WeightTileStores, AtomPaddingMasks) {
   }
 }
 
-// Divider::div(n) == n / d for every CTA index a launch can have (n < 2^31): all n below 2^16 and
-// around every multiple boundary that the samples reach, for the divisors the tile grids use.
+// Divider::div(n) == n / d for CTA indices n < 2^31: every n below 2^16 (d <= 64) or 2^11, random
+// n, and both sides of multiples of d up to the largest; d = 0 divides by 1.
 TEST(TileDivider, MatchesDivision) {
   std::vector<uint32_t> divisors;
   for (uint32_t d = 1; d <= 4096; ++d) divisors.push_back(d);
