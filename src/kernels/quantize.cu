@@ -120,6 +120,17 @@ struct TileParams {
   int rows;      // tile height: 128 or 64 (16-bit input), 64 (fp32); for the launcher
 };
 
+// The first row and column of this CTA's tile. Tile order: K fastest, except for the colwise-only
+// kernel (kRowwise false), whose only output runs along M.
+struct TileOrigin {
+  int64_t m0, k0;
+};
+template <bool kRowwise, int kRows>
+__device__ __forceinline__ TileOrigin tile_origin(const TileParams& p) {
+  const uint32_t slow = p.fast.div(blockIdx.x), fast = blockIdx.x - slow * p.fast.d;
+  return {int64_t(kRowwise ? slow : fast) * kRows, int64_t(kRowwise ? fast : slow) * kTile};
+}
+
 // ---- the block math: the 16-bit tile kernel's policy ----
 //
 // Math::row / Math::col turn one 32-element block into its 32 bytes q and return its scale byte;
@@ -288,10 +299,7 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   }
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  // Tile order: K fastest, except for the colwise-only kernel, whose only output runs along M.
-  const uint32_t slow = p.fast.div(blockIdx.x), fast = blockIdx.x - slow * p.fast.d;
-  const int64_t m0 = int64_t(kRowwise ? slow : fast) * kRows;
-  const int64_t k0 = int64_t(kRowwise ? fast : slow) * kTile;
+  const auto [m0, k0] = tile_origin<kRowwise, kRows>(p);
   const int rows = static_cast<int>(min(int64_t(kRows), p.M - m0));  // multiples of 32
   const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
 
@@ -436,9 +444,7 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
   }
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const uint32_t slow = p.fast.div(blockIdx.x), fast = blockIdx.x - slow * p.fast.d;
-  const int64_t m0 = int64_t(kRowwise ? slow : fast) * C::kRows;
-  const int64_t k0 = int64_t(kRowwise ? fast : slow) * kTile;
+  const auto [m0, k0] = tile_origin<kRowwise, C::kRows>(p);
   const int rows = static_cast<int>(min(int64_t(C::kRows), p.M - m0));  // 32 or 64
   const int cols = static_cast<int>(min(int64_t(kTile), p.K - k0));
   const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
