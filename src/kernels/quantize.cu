@@ -26,6 +26,9 @@
 //   ---- scales ----   the two 512-byte atoms are staged, then stored after a barrier: whole (one
 //                      16-byte store per lane of one warp) when the tile's rows or tokens map to
 //                      one atom, else per 32-row block (grouped mode with 32-aligned groups).
+//                      A 64-row tile of a kernel with colwise outputs stages no atom: each thread
+//                      stores its own two scale bytes (scales.cuh store_scale_byte), so no barrier
+//                      comes after the colwise pass (docs/performance.md, variants).
 // NOTES:
 // - Every variant (rowwise only, colwise only, fused, the composed path's colwise step) is this
 //   one kernel; the template picks the outputs, and its Math policy the per-block conversion
@@ -233,12 +236,13 @@ __device__ __forceinline__ int col_group(int warp, int pass, int g) {
 // j%2 of slot j/2 for ldmatrix n, so that (ptx.cuh) lane t receives column t/4 of slot t%4 at rows
 // 2(4n+i), 2(4n+i)+1 of its block: word 4n+i of its whole 32x1 block, in the order quantize_words
 // takes. Lanes 4j..4j+3 hold the slots' blocks of q_col row 8*group + j, so neighbour lanes store
-// whole sectors (store_block_pair) of 64 contiguous bytes of one row. The scale goes to the colwise
-// scale staging (atom layout, or [k][block] for plain scales). rows / cols: how much of the tile
-// lies inside x.
-template <class Cfg, class Math, ColScales kCol>
+// whole sectors (store_block_pair) of 64 contiguous bytes of one row. Each block's scale goes to
+// scale_sink(k, blk, s). rows / cols: how much of the tile lies inside x.
+
+template <class Cfg, class Math, class ScaleSink>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
-                                               int64_t M, int rows, int cols, uint8_t* col_atom) {
+                                               int64_t M, int rows, int cols,
+                                               const ScaleSink& scale_sink) {
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const int addr_slot = (lane % 8) / 2;
@@ -265,11 +269,7 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], u
     const int pair = blk & ~1;
     store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
                      row_in && pair * kBlock < rows, row_in && (pair + 1) * kBlock < rows);
-    if constexpr (kCol == ColScales::kPlain) {
-      col_atom[k * kAtomCols + blk] = s;
-    } else {
-      col_atom[atom_offset<unsigned>(k, blk)] = s;
-    }
+    scale_sink(k, blk, s);
   }
 }
 
@@ -328,10 +328,28 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
     plan_tile_places<Cfg::kChunks>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
                                    kCol == ColScales::kKGroups);
   }
+  // 64-row tiles with colwise outputs: each thread stores its own scale bytes (its row block's and
+  // its column block's), so no atom is staged and no barrier follows the colwise pass (0.97x the
+  // fused time at 512x4096; the rowwise-only kernel lost 2-3% and keeps its atom). The dense places
+  // are worked out here, while the loads are in flight.
+  constexpr bool kOwnScales = kRows < kTile && kColwise;
+  static_assert(!kOwnScales || (Cfg::kRowBlocksPerThread == 1 && Cfg::kColPasses == 1),
+                "a thread of a 64-row tile converts one row block and one column block");
+  const int row_chunk = warp * Cfg::kRowsPerWarp / kBlock;  // the 32-row chunk of the warp's rows
+  ChunkPlace row_place = kNotPlaced, col_place = kNotPlaced;
+  if constexpr (kOwnScales && !kGrouped) {
+    const bool last = m0 + kRows >= p.M;
+    const int col_chunk = lane % 4 % Cfg::kChunks;  // the 32-row block of its colwise block
+    row_place =
+        blocked_row_place(m0, row_chunk, k0, p.K / kBlock, last && row_chunk == Cfg::kChunks - 1);
+    col_place = blocked_col_place(m0, col_chunk, k0, p.M, last && col_chunk == Cfg::kChunks - 1);
+  }
   ptx::cp_async_wait_all();
   __syncwarp();
   // ---- rowwise ---- warp w owns rows 16w..16w+15 (64 rows: 8w..8w+7); lane l takes blocks l and
   // l+32 of them (64 rows: block l): block b is row 16w + b/4 (8w + b/4), columns 32*(b%4)..
+  uint8_t row_scale = 0;  // 64 rows: this thread's scale byte, at byte row_at of its chunk's slot
+  unsigned row_at = 0;
   if constexpr (kRowwise) {
     const int blk = lane % Cfg::kBlocksPerRow;
     const int row =
@@ -352,17 +370,43 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
         b[i] = smem.tile[r][(blk * Cfg::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
       }
       const bool row_in = r < rows;
-      smem.row_atom[atom + j * kRowStep * 16] =
+      const uint8_t s =
           rowwise_block<Math>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
                               row_in && (pair + 1) * kBlock < cols);
+      if constexpr (kOwnScales) {
+        row_scale = s;
+      } else {
+        smem.row_atom[atom + j * kRowStep * 16] = s;
+      }
     }
+    row_at = 16 * (row % kBlock) + blk;
+    if constexpr (kOwnScales && !kGrouped)
+      store_scale_byte(p.s_row, row_place, row_at, 4, row_scale);
   }
   __syncthreads();
+  if constexpr (kOwnScales && kGrouped && kRowwise) {  // the places are published now
+    store_scale_byte(p.s_row, places.row[row_chunk], row_at, 4, row_scale);
+  }
   // ---- colwise ----
   if constexpr (kColwise) {
-    colwise_blocks<Cfg, Math, kCol>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols,
-                                    smem.col_atom);
+    uint8_t* const col_atom = smem.col_atom;
+    const auto scale_sink = [&, m0 = m0, k0 = k0](int k, int b, uint8_t s) {
+      if constexpr (kCol == ColScales::kPlain) {
+        if (!kOwnScales) {
+          col_atom[k * kAtomCols + b] = s;
+        } else if (k < cols && b * kBlock < rows) {
+          p.s_col[(k0 + k) * (p.M / kBlock) + m0 / kBlock + b] = s;
+        }
+      } else if constexpr (!kOwnScales) {
+        col_atom[atom_offset<unsigned>(k, b)] = s;
+      } else {
+        store_scale_byte(p.s_col, kGrouped ? places.col[b] : col_place, atom_offset<unsigned>(k, 0),
+                         1, s);
+      }
+    };
+    colwise_blocks<Cfg, Math>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols, scale_sink);
   }
+  if constexpr (kOwnScales) return;
   __syncthreads();
   // ---- scales ----
   const ScaleOut out{p.s_row, p.s_col, p.M, p.K};

@@ -5,6 +5,8 @@
 //   M-groups (s_row) and K-groups (s_col) per 32-row chunk of the tile, since with 32-aligned
 //                    groups the tile's four chunks may land in up to four atoms; the whole-atom
 //                    store still serves the tiles whose chunks land in one atom in order.
+// The 64-row tiles of the fused and colwise kernels stage nothing: each thread stores the scale
+// bytes it computed where the same places say (store_scale_byte).
 // Padding is written by whoever owns it: the zeros staged past the edge of x give scale byte 0,
 // the chunk that ends a segment or group zeroes the rest of its atom, and the zero-fill CTAs
 // (common.cuh) the slack after the last segment or group.
@@ -138,6 +140,18 @@ __device__ __forceinline__ void store_row_chunks(uint8_t* s_row, const uint8_t* 
   dst[p.slot] = reinterpret_cast<const uint32_t*>(row_atom)[4 * i + c];
   for (int s = p.slot + 1; p.pads && s < kAtomSlots; ++s) dst[s] = 0;
 }
+// One scale byte of a placed chunk, stored by the thread that computed it (the 64-row tiles, which
+// stage no atom): `at` is its byte in slot 0 of the destination atom (row scales: 16 (row % 32) +
+// block column; column scales: atom_offset(k, 0)), and the slots lie `slot_bytes` apart (4 for row
+// scales, 1 for column scales). A chunk that pads zeroes the same byte of the atom's later slots.
+__device__ __forceinline__ void store_scale_byte(uint8_t* out, const ChunkPlace& p, unsigned at,
+                                                 int slot_bytes, uint8_t s) {
+  if (p.slot < 0) return;
+  uint8_t* dst = out + p.atom + at;
+  dst[p.slot * slot_bytes] = s;
+  for (int t = p.slot + 1; p.pads && t < kAtomSlots; ++t) dst[t * slot_bytes] = 0;
+}
+
 // Colwise, a thread per scale row k: threads 4j..4j+3 take rows j, j+32, j+64, j+96, whose slots
 // lie 4 bytes apart in one 16-byte atom row, so a warp's byte stores of one chunk fill 128
 // contiguous bytes (4 sectors; 16 when a warp took 32 consecutive rows, one per 16-byte atom row).
