@@ -95,6 +95,7 @@ struct Params {
   uint8_t* s_row;
   uint8_t* q_col;
   uint8_t* s_col;
+  TileSplit split;  // of the CTA index: N fastest when only the colwise output is written
 };
 
 // ---- helpers ----
@@ -194,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
   SharedStorage<kT>& smem = *reinterpret_cast<SharedStorage<kT>*>(smem_raw);
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const Tile t = tile_of(blockIdx.x, p.N, p.K, !kRowwise);
+  const Tile t = tile_of(blockIdx.x, p.N, p.K, !kRowwise, p.split);
 
   // ---- load ---- warp w reads rows 16w..16w+15 (whole rows per instruction) and stages them;
   // elements outside the matrix (partial tiles) are staged as +0.
@@ -357,11 +358,12 @@ namespace mxq::detail {
 
 void launch_quantize_weight(const QuantizeWeightParams& p) {
   namespace w = kernels::weight;
-  const w::Params params{
-      static_cast<const uint8_t*>(p.w), p.N, p.K, p.q_row, p.s_row, p.q_col, p.s_col};
   const int64_t grid = p.G * w::tiles_per_expert(p.N, p.K);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many 128x128 tiles for one launch: ", grid);
   if (grid == 0 || (p.q_row == nullptr && p.q_col == nullptr)) return;
+  w::Params params{
+      static_cast<const uint8_t*>(p.w), p.N, p.K, p.q_row, p.s_row, p.q_col, p.s_col, {}};
+  params.split = w::TileSplit::of(p.N, p.K, /*n_fastest=*/p.q_row == nullptr);
   switch (p.dtype) {
     case DType::kBFloat16:
       w::launch_dtype<DType::kBFloat16>(params, p.scaling, p.rounding, grid, p.stream);

@@ -44,21 +44,33 @@ MXQ_HD int64_t tiles_per_expert(int64_t N, int64_t K) {
   return ceil_div(N, kTileDim) * ceil_div(K, kTileDim);
 }
 
+// The split of a CTA index into tiles, worked out once per launch on the host: dividers by the
+// tiles of one expert and by the tiles along the fastest axis (tile_key.h Divider; 64-bit `/` and
+// `%` put ~70 instructions before a CTA's first load). The launcher caps grids below 2^31.
+struct TileSplit {
+  Divider per_expert, fast;
+  static TileSplit of(int64_t N, int64_t K, bool n_fastest) {
+    return {Divider::of(static_cast<uint32_t>(tiles_per_expert(N, K))),
+            Divider::of(static_cast<uint32_t>(ceil_div(n_fastest ? N : K, kTileDim)))};
+  }
+};
+
 // CTA `index` of the launch: experts one after another; inside an expert K fastest (the rowwise
 // output runs along K), or N fastest when only the colwise output (running along N) is written.
-MXQ_HD Tile tile_of(int64_t index, int64_t N, int64_t K, bool n_fastest) {
-  const int64_t tiles_n = ceil_div(N, kTileDim);
-  const int64_t tiles_k = ceil_div(K, kTileDim);
-  const int64_t per_expert = tiles_n * tiles_k;
-  const int64_t g = index / per_expert;
-  const int64_t rem = index - g * per_expert;
-  const int64_t tn = n_fastest ? rem % tiles_n : rem / tiles_k;
-  const int64_t tk = n_fastest ? rem / tiles_n : rem % tiles_k;
-  const int64_t n0 = tn * kTileDim;
-  const int64_t k0 = tk * kTileDim;
+MXQ_HD Tile tile_of(uint32_t index, int64_t N, int64_t K, bool n_fastest, const TileSplit& split) {
+  const uint32_t g = split.per_expert.div(index);
+  const uint32_t rem = index - g * split.per_expert.d;
+  const uint32_t slow = split.fast.div(rem);
+  const uint32_t fast = rem - slow * split.fast.d;
+  const int64_t n0 = int64_t(n_fastest ? fast : slow) * kTileDim;
+  const int64_t k0 = int64_t(n_fastest ? slow : fast) * kTileDim;
   const int64_t rows = N - n0 < kTileDim ? N - n0 : kTileDim;
   const int64_t cols = K - k0 < kTileDim ? K - k0 : kTileDim;
-  return {g, n0, k0, int(rows), int(cols)};
+  return {int64_t(g), n0, k0, int(rows), int(cols)};
+}
+// The same with the split worked out here (the CPU tests).
+inline Tile tile_of(int64_t index, int64_t N, int64_t K, bool n_fastest) {
+  return tile_of(static_cast<uint32_t>(index), N, K, n_fastest, TileSplit::of(N, K, n_fastest));
 }
 
 // ---- global offsets (64-bit: G*N*K may exceed 2^31) ----
