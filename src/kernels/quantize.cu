@@ -238,7 +238,6 @@ __device__ __forceinline__ int col_group(int warp, int pass, int g) {
 // takes. Lanes 4j..4j+3 hold the slots' blocks of q_col row 8*group + j, so neighbour lanes store
 // whole sectors (store_block_pair) of 64 contiguous bytes of one row. Each block's scale goes to
 // scale_sink(k, blk, s). rows / cols: how much of the tile lies inside x.
-
 template <class Cfg, class Math, class ScaleSink>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[kTile / 8], uint8_t* q_col_tile,
                                                int64_t M, int rows, int cols,
@@ -389,10 +388,11 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   }
   // ---- colwise ----
   if constexpr (kColwise) {
+    // (m0 and k0 by init-capture: C++17 lambdas cannot capture structured bindings.)
     uint8_t* const col_atom = smem.col_atom;
     const auto scale_sink = [&, m0 = m0, k0 = k0](int k, int b, uint8_t s) {
       if constexpr (kCol == ColScales::kPlain) {
-        if (!kOwnScales) {
+        if constexpr (!kOwnScales) {
           col_atom[k * kAtomCols + b] = s;
         } else if (k < cols && b * kBlock < rows) {
           p.s_col[(k0 + k) * (p.M / kBlock) + m0 / kBlock + b] = s;

@@ -1,7 +1,8 @@
 // The index math of the expert-weight kernel (src/kernels/weight_tile.h), checked on the CPU: the
 // kernel calls exactly these functions, so a placement bug shows up here without a GPU.
 //   WeightTileGrid     CTAs -> tiles: every element of every expert in exactly one tile, partial
-//                      tiles of whole 32x32 sub-tiles, the scale atoms tiling s_row and s_col
+//                      tiles of whole 32x32 sub-tiles, the scale atoms tiling s_row and s_col; the
+//                      kernel's 32-bit split (TileSplit) against 64-bit division
 //   WeightTileThreads  inside a tile: loads, rowwise blocks, colwise blocks each covered once; a
 //                      warp's rowwise rows are the rows it loaded (its __syncwarp suffices); the
 //                      32x32 partial-amax shuffles stay within one column block
@@ -11,7 +12,7 @@
 //   WeightTileStores   every store of every lane emulated on partial and full tiles: each byte of
 //                      q_row / q_col inside the matrix written exactly once with the right block's
 //                      bytes, nothing outside; atom bytes at the blocked-layout offsets
-//   TileDivider        the activation tile kernels' CTA index split (tile_key.h Divider) against
+//   TileDivider        the tile kernels' CTA index split (tile_key.h Divider) against
 //                      plain division, for divisors 1..4096, powers of two and their neighbours
 #include <gtest/gtest.h>
 
@@ -87,6 +88,28 @@ TEST(WeightTileGrid, Order) {
   EXPECT_EQ(c.g, 1);
   EXPECT_EQ(c.n0, 0);
   EXPECT_EQ(c.k0, 0);
+}
+
+// The kernel's split (TileSplit's two 32-bit dividers) gives the tiles that 64-bit division does,
+// for every CTA of three experts, in both orders.
+TEST(WeightTileGrid, SplitMatchesDivision) {
+  const std::vector<Dims> dims = {{3, 32, 32},     {3, 7168, 2048}, {3, 4096, 7168},
+                                  {3, 1536, 5120}, {3, 768, 2048},  {3, 160, 4096}};
+  for (const Dims& d : dims) {
+    for (const bool n_fastest : {false, true}) {
+      const int64_t tn = ceil_div(d.N, kTileDim), tk = ceil_div(d.K, kTileDim), per = tn * tk;
+      const TileSplit split = TileSplit::of(d.N, d.K, n_fastest);
+      for (int64_t i = 0; i < d.G * per; ++i) {
+        const Tile t = tile_of(uint32_t(i), d.N, d.K, n_fastest, split);
+        const int64_t rem = i % per;
+        ASSERT_EQ(t.g, i / per) << d.N << "x" << d.K << " CTA " << i;
+        ASSERT_EQ(t.n0, (n_fastest ? rem % tn : rem / tk) * kTileDim)
+            << d.N << "x" << d.K << " CTA " << i;
+        ASSERT_EQ(t.k0, (n_fastest ? rem / tn : rem % tk) * kTileDim)
+            << d.N << "x" << d.K << " CTA " << i;
+      }
+    }
+  }
 }
 
 // Each tile's 512-byte atoms are the blocked-layout offsets of its 128 x 4 scales (padding
