@@ -130,7 +130,7 @@ struct TileOrigin {
 };
 template <bool kRowwise, int kRows>
 __device__ __forceinline__ TileOrigin tile_origin(const TileParams& p) {
-  const uint32_t slow = p.fast.div(blockIdx.x), fast = blockIdx.x - slow * p.fast.d;
+  const auto [slow, fast] = p.fast.split(blockIdx.x);
   return {int64_t(kRowwise ? slow : fast) * kRows, int64_t(kRowwise ? fast : slow) * kTile};
 }
 

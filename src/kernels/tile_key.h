@@ -44,6 +44,14 @@ struct Divider {
   MXQ_HD uint32_t div(uint32_t n) const {
     return (static_cast<uint32_t>((uint64_t(n) * mul) >> 32) + n) >> shift;
   }
+  // n / d and n % d: an index split into its slow and fast coordinates.
+  struct Split {
+    uint32_t slow, fast;
+  };
+  MXQ_HD Split split(uint32_t n) const {
+    const uint32_t q = div(n);
+    return {q, n - q * d};
+  }
 };
 
 }  // namespace mxq::kernels

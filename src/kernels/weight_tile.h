@@ -58,10 +58,8 @@ struct TileSplit {
 // CTA `index` of the launch: experts one after another; inside an expert K fastest (the rowwise
 // output runs along K), or N fastest when only the colwise output (running along N) is written.
 MXQ_HD Tile tile_of(uint32_t index, int64_t N, int64_t K, bool n_fastest, const TileSplit& split) {
-  const uint32_t g = split.per_expert.div(index);
-  const uint32_t rem = index - g * split.per_expert.d;
-  const uint32_t slow = split.fast.div(rem);
-  const uint32_t fast = rem - slow * split.fast.d;
+  const auto [g, rem] = split.per_expert.split(index);
+  const auto [slow, fast] = split.fast.split(rem);
   const int64_t n0 = int64_t(n_fastest ? fast : slow) * kTileDim;
   const int64_t k0 = int64_t(n_fastest ? slow : fast) * kTileDim;
   const int64_t rows = N - n0 < kTileDim ? N - n0 : kTileDim;
