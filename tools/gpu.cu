@@ -6,6 +6,7 @@
 
 #include <sstream>
 
+#include "../src/kernels/common.cuh"  // launch_dependent, ptx::griddepcontrol_wait
 #include "gpu.h"
 #include "mxq/mxq.h"
 
@@ -151,8 +152,11 @@ __global__ void count_mismatches_kernel(const uint8_t* a, const uint8_t* b, int6
 
 // One 16-byte vector a thread, no loop: the textbook copy, which on the H200 beat grid-stride loops
 // and several vectors a thread at the latency-bound sizes (docs/performance.md, "512x4096").
+// Launched as the library launches its kernels (src/kernels/common.cuh launch_dependent), so that
+// it stays the ceiling of the same launch.
 __global__ void copy_halves_kernel(const uint4* __restrict__ x, uint4* __restrict__ a,
                                    uint4* __restrict__ b, int64_t half) {
+  ptx::griddepcontrol_wait();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < half) {
     a[i] = x[i];
@@ -191,10 +195,9 @@ void copy_halves(const void* x, void* a, void* b, int64_t bytes, cudaStream_t st
   const int64_t half = bytes / 32;  // 16-byte vectors in each half
   constexpr int kThreads = 256;
   if (half == 0) return;
-  copy_halves_kernel<<<static_cast<unsigned>((2 * half + kThreads - 1) / kThreads), kThreads, 0,
-                       stream>>>(static_cast<const uint4*>(x), static_cast<uint4*>(a),
-                                 static_cast<uint4*>(b), half);
-  MXQ_TOOL_CUDA(cudaGetLastError());
+  kernels::launch_dependent(
+      copy_halves_kernel, static_cast<unsigned>((2 * half + kThreads - 1) / kThreads), kThreads, 0,
+      stream, static_cast<const uint4*>(x), static_cast<uint4*>(a), static_cast<uint4*>(b), half);
 }
 
 int64_t count_mismatches(const uint8_t* a, const uint8_t* b, int64_t n, cudaStream_t stream) {

@@ -17,7 +17,9 @@
 // Every entry point validates its arguments before anything is launched or written and throws
 // mxq::Error with a message for users: the op, the argument, the rule and the value
 // ("mxq::quantize: K must be a multiple of 32, got 100"). GPU entry points enqueue on
-// p.stream and never synchronize. Pointers must be device memory of the current device: mxq does
+// p.stream and never synchronize; their kernels are launched as programmatic dependents of the
+// work before them (scheduled early, touching memory only after that work is done: stream order
+// holds as for a plain launch). Pointers must be device memory of the current device: mxq does
 // not query pointer attributes per call (that costs microseconds on every call); the torch layer
 // checks tensor devices.
 #pragma once

@@ -1,4 +1,4 @@
-// Device helpers shared by the kernel families: launch checks, packed block math, and the
+// Device helpers shared by the kernel families: the launch, packed block math, and the
 // resolution of device-side group offsets (grouped / MoE mode) that every grouped kernel performs
 // the same way.
 #pragma once
@@ -13,6 +13,33 @@
 #include "ptx.cuh"
 
 namespace mxq::kernels {
+
+// ---- launch ----
+//
+// Every mxq kernel is launched as a programmatic dependent of the work before it on the stream
+// (programmatic stream serialization): its CTAs may be scheduled as that work's last CTAs exit, and
+// each kernel's first statement, ptx::griddepcontrol_wait(), holds them until that work has
+// completed and its writes are visible. So every read and write happens when it would after a plain
+// launch; what is saved is part of the gap between two kernels. The kernels do not let their own
+// dependents in earlier (griddepcontrol.launch_dependents): measured, that made the composed path
+// up to 8% slower (docs/performance.md, "Programmatic dependent launch"). Captured in a CUDA graph,
+// the dependency becomes a programmatic edge.
+template <typename... Params, typename... Args>
+void launch_dependent(void (*kernel)(Params...), unsigned ctas, int threads, int smem_bytes,
+                      cudaStream_t stream, const Args&... args) {
+  cudaLaunchAttribute programmatic{};
+  programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  programmatic.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem_bytes);
+  config.stream = stream;
+  config.attrs = &programmatic;
+  config.numAttrs = 1;
+  (void)cudaLaunchKernelEx(&config, kernel, args...);
+  MXQ_CHECK_CUDA(cudaGetLastError());  // the launch's error, also cleared for the next call
+}
 
 // Every quantize / swizzle / dequantize CTA owns a 128x128 element tile: one 128x4 scale atom per
 // axis (layout.h ties kAtomRows and kAtomCols * kBlock to 128).

@@ -73,6 +73,7 @@ __device__ __forceinline__ void dequantize_chunk(const uint4 q, const uint8_t s,
 template <typename Index>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_blocked_kernel(const DequantKernelParams p) {
+  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
   constexpr int kLoads = DequantConfig::kFlatLoads;
   const auto chunks_per_row = Index(p.cols / DequantConfig::kChunk);
   const Index chunks = Index(p.rows) * chunks_per_row;
@@ -106,6 +107,7 @@ template <ScaleLayout kLayout>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_grouped_kernel(const DequantKernelParams p) {
   static_assert(kLayout != ScaleLayout::kBlocked, "the blocked layout has its own kernel");
+  ptx::griddepcontrol_wait();
   const int64_t col_tiles = ceil_div(p.cols, kTile);
   const int64_t r0 = blockIdx.x / col_tiles * kTile;
   const int64_t c0 = blockIdx.x % col_tiles * kTile;
@@ -193,19 +195,20 @@ void launch_dequantize(const DequantizeParams& p) {
   switch (p.layout) {
     case ScaleLayout::kBlocked:
       if (chunks <= int64_t(UINT32_MAX)) {
-        dequantize_blocked_kernel<uint32_t><<<ctas, kThreads, 0, p.stream>>>(k);
+        launch_dependent(dequantize_blocked_kernel<uint32_t>, ctas, kThreads, 0, p.stream, k);
       } else {
-        dequantize_blocked_kernel<int64_t><<<ctas, kThreads, 0, p.stream>>>(k);
+        launch_dependent(dequantize_blocked_kernel<int64_t>, ctas, kThreads, 0, p.stream, k);
       }
       break;
     case ScaleLayout::kMGroups:
-      dequantize_grouped_kernel<ScaleLayout::kMGroups><<<ctas, kThreads, 0, p.stream>>>(k);
+      launch_dependent(dequantize_grouped_kernel<ScaleLayout::kMGroups>, ctas, kThreads, 0,
+                       p.stream, k);
       break;
     case ScaleLayout::kKGroups:
-      dequantize_grouped_kernel<ScaleLayout::kKGroups><<<ctas, kThreads, 0, p.stream>>>(k);
+      launch_dependent(dequantize_grouped_kernel<ScaleLayout::kKGroups>, ctas, kThreads, 0,
+                       p.stream, k);
       break;
   }
-  MXQ_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace mxq::detail

@@ -39,6 +39,20 @@ __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.wait_all;" ::: "memory");
 }
 
+// griddepcontrol (9.7.13.13): programmatic dependent launch. wait: until every grid this one
+// depends on has completed and its memory operations are visible to this grid (at once for a launch
+// without a programmatic dependency). launch_dependents: the grids launched as this grid's
+// programmatic dependents may be scheduled once every CTA of this grid has issued it or exited;
+// they still wait for this grid's end before they touch memory. mxq's kernels leave it implicit (at
+// exit: docs/performance.md, "Programmatic dependent launch"); the GPU tests' kernel before an mxq
+// launch issues it at its start.
+__device__ __forceinline__ void griddepcontrol_wait() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void griddepcontrol_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
 // st (9.7.9.10): 16- and 8-byte global stores.
 __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),

@@ -291,6 +291,7 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   constexpr bool kColwise = kCol != ColScales::kNone;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
 
   if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
     appended_cta<kRowwise, kCol>(p);
@@ -481,6 +482,7 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
+  ptx::griddepcontrol_wait();  // as in the 16-bit kernel
 
   if (kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
     appended_cta<kRowwise, kCol>(p);
@@ -586,16 +588,15 @@ void launch_variant(const TileParams& params, cudaStream_t stream) {
   TileParams p = params;
   p.fast = Divider::of(static_cast<uint32_t>(kRowwise ? p.k_tiles : p.m_tiles));
   if constexpr (kIn == DType::kFloat32) {
-    quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>
-        <<<ctas, ConfigF32::kThreads, smem_bytes, stream>>>(p);
+    launch_dependent(quantize_tile_f32_kernel<kRowwise, kCol, kGrouped, kRule>, ctas,
+                     ConfigF32::kThreads, smem_bytes, stream, p);
   } else if (p.rows == kTile) {
-    quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile>
-        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(p);
+    launch_dependent(quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile>, ctas,
+                     Config<>::kThreads, smem_bytes, stream, p);
   } else {
-    quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile / 2>
-        <<<ctas, Config<>::kThreads, smem_bytes, stream>>>(p);
+    launch_dependent(quantize_tile_kernel<Math, kRowwise, kCol, kGrouped, kTile / 2>, ctas,
+                     Config<>::kThreads, smem_bytes, stream, p);
   }
-  MXQ_CHECK_CUDA(cudaGetLastError());
 }
 
 // The runtime choices (input type, rounding rule) as template arguments.

@@ -193,6 +193,7 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
   using Cfg = Config<kT>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage<kT>& smem = *reinterpret_cast<SharedStorage<kT>*>(smem_raw);
+  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const Tile t = tile_of(blockIdx.x, p.N, p.K, !kRowwise, p.split);
@@ -316,8 +317,7 @@ void launch_kernel(const Params& params, int64_t grid, cudaStream_t stream) {
     MXQ_CHECK_CUDA(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   }
-  kernel<<<static_cast<unsigned>(grid), kThreads, smem_bytes, stream>>>(params);
-  MXQ_CHECK_CUDA(cudaGetLastError());
+  launch_dependent(kernel, static_cast<unsigned>(grid), kThreads, smem_bytes, stream, params);
 }
 
 template <DType kT, bool kTiles, ScaleRounding kRule>

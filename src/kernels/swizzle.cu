@@ -47,6 +47,7 @@ __device__ __forceinline__ void atom_corner(const SwizzleKernelParams& p, int64_
 
 __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     swizzle_dense_kernel(const SwizzleKernelParams p) {
+  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
   const int lane = threadIdx.x % 32;
   const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + threadIdx.x / 32;
   if (a >= p.atoms) return;
@@ -67,6 +68,7 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     swizzle_kgroups_kernel(const SwizzleKernelParams p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* atom_staging = smem_raw;  // one 512-byte atom
+  ptx::griddepcontrol_wait();
   if (blockIdx.x >= p.atom_ctas) {
     zero_fill_slack(p.offs, p.num_groups, p.M, nullptr, p.s_col, p.K, blockIdx.x - p.atom_ctas,
                     p.status);
@@ -113,17 +115,15 @@ void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams&
   if (p.offs == nullptr) {
     if (k.atom_ctas == 0) return;
     MXQ_CHECK(k.atom_ctas <= 0x7FFFFFFF, "too many scale atoms for one launch: ", k.atom_ctas);
-    swizzle_dense_kernel<<<static_cast<unsigned>(k.atom_ctas), SwizzleConfig::kThreads, 0,
-                           p.stream>>>(k);
+    launch_dependent(swizzle_dense_kernel, static_cast<unsigned>(k.atom_ctas),
+                     SwizzleConfig::kThreads, 0, p.stream, k);
   } else {
     const int64_t grid =
         k.atom_ctas + std::max<int64_t>(1, zero_fill_col_ctas(p.M, p.K, p.num_groups));
     MXQ_CHECK(grid <= 0x7FFFFFFF, "too many scale atoms for one launch: ", grid);
-    const int smem = kAtomBytes;
-    swizzle_kgroups_kernel<<<static_cast<unsigned>(grid), SwizzleConfig::kThreads, smem,
-                             p.stream>>>(k);
+    launch_dependent(swizzle_kgroups_kernel, static_cast<unsigned>(grid), SwizzleConfig::kThreads,
+                     kAtomBytes, p.stream, k);
   }
-  MXQ_CHECK_CUDA(cudaGetLastError());
 }
 
 }  // namespace mxq::detail
