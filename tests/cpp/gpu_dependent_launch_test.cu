@@ -235,66 +235,74 @@ std::vector<uint8_t> settled_output(const Call& c, cudaStream_t s) {
   return c.out->download(s);
 }
 
-void expect_guards(const Call& c, cudaStream_t s) {
-  for (const auto& b : c.buffers) EXPECT_TRUE(b->guards_intact(s)) << c.name;
-}
+// Each test: the call, its output when its input was written long before, and a stream (made after
+// the skip check, so that nothing touches CUDA without a device).
+class GpuDependentLaunch : public GpuTestWithParam<Family> {
+ protected:
+  void SetUp() override {
+    GpuTestWithParam<Family>::SetUp();
+    if (IsSkipped()) return;
+    stream_ = std::make_unique<Stream>();
+    call_ = make_call(GetParam(), s());
+    want_ = settled_output(call_, s());
+  }
+  void TearDown() override {
+    if (stream_ == nullptr) return;
+    for (const auto& b : call_.buffers) EXPECT_TRUE(b->guards_intact(s())) << call_.name;
+  }
+  cudaStream_t s() const { return stream_->get(); }
 
-class GpuDependentLaunch : public GpuTestWithParam<Family> {};
+  // The call's input in a separate buffer, for late_copy to write into the call's input buffer.
+  GuardedBuffer staged_input() const {
+    GuardedBuffer staged("staged input", call_.in->bytes());
+    staged.upload(call_.input.data(), s());
+    return staged;
+  }
+  ::testing::AssertionResult output_as_settled(const std::string& when) const {
+    return same_bytes(call_.out->download(s()), want_, int64_t(want_.size()),
+                      call_.name + ": " + call_.out->name() + " " + when);
+  }
+
+  std::unique_ptr<Stream> stream_;
+  Call call_;
+  std::vector<uint8_t> want_;
+};
 
 TEST_P(GpuDependentLaunch, ReadsAfterTheKernelBefore) {
-  Stream stream;
-  const cudaStream_t s = stream.get();
-  const Call c = make_call(GetParam(), s);
-  const std::vector<uint8_t> want = settled_output(c, s);
   // The input buffer holds zeros until late_copy writes the input into it.
-  GuardedBuffer staged("staged input", c.in->bytes());
-  staged.upload(c.input.data(), s);
-  c.in->fill(0, s);
-  c.out->fill(kPoison, s);
-  late_copy(staged, *c.in, s);
-  c.enqueue(s);
-  MXQ_TEST_CUDA(cudaStreamSynchronize(s));
+  const GuardedBuffer staged = staged_input();
+  call_.in->fill(0, s());
+  call_.out->fill(kPoison, s());
+  late_copy(staged, *call_.in, s());
+  call_.enqueue(s());
+  MXQ_TEST_CUDA(cudaStreamSynchronize(s()));
   MXQ_TEST_CUDA(cudaGetLastError());
-  EXPECT_TRUE(c.in->holds(c.input, s)) << c.name;
-  EXPECT_TRUE(
-      same_bytes(c.out->download(s), want, int64_t(want.size()),
-                 c.name + ": " + c.out->name() + " after an input written by the kernel before"));
-  expect_guards(c, s);
+  EXPECT_TRUE(call_.in->holds(call_.input, s())) << call_.name;
+  EXPECT_TRUE(output_as_settled("after an input written by the kernel before"));
 }
 
 TEST_P(GpuDependentLaunch, WritesAfterTheKernelBefore) {
-  Stream stream;
-  const cudaStream_t s = stream.get();
-  const Call c = make_call(GetParam(), s);
-  const std::vector<uint8_t> want = settled_output(c, s);
   // late_copy snapshots the output buffer, which holds the poison until the call writes it.
-  GuardedBuffer snapshot("snapshot", c.out->bytes());
-  snapshot.fill(0x5A, s);
-  c.out->fill(kPoison, s);
-  late_copy(*c.out, snapshot, s);
-  c.enqueue(s);
-  MXQ_TEST_CUDA(cudaStreamSynchronize(s));
+  GuardedBuffer snapshot("snapshot", call_.out->bytes());
+  snapshot.fill(0x5A, s());
+  call_.out->fill(kPoison, s());
+  late_copy(*call_.out, snapshot, s());
+  call_.enqueue(s());
+  MXQ_TEST_CUDA(cudaStreamSynchronize(s()));
   MXQ_TEST_CUDA(cudaGetLastError());
-  EXPECT_TRUE(snapshot.all_bytes_are(kPoison, s))
-      << c.name << ": the kernel before read " << c.out->name() << " after the call wrote it";
-  EXPECT_TRUE(
-      same_bytes(c.out->download(s), want, int64_t(want.size()), c.name + ": " + c.out->name()));
-  expect_guards(c, s);
+  EXPECT_TRUE(snapshot.all_bytes_are(kPoison, s()))
+      << call_.name << ": the kernel before read " << call_.out->name()
+      << " after the call wrote it";
+  EXPECT_TRUE(output_as_settled("after a kernel before that read it"));
 }
 
 TEST_P(GpuDependentLaunch, GraphEdgeIsProgrammatic) {
-  Stream stream;
-  const cudaStream_t s = stream.get();
-  const Call c = make_call(GetParam(), s);
-  const std::vector<uint8_t> want = settled_output(c, s);
-  GuardedBuffer staged("staged input", c.in->bytes());
-  staged.upload(c.input.data(), s);
-
+  const GuardedBuffer staged = staged_input();
   cudaGraph_t graph = nullptr;
-  MXQ_TEST_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-  late_copy(staged, *c.in, s);
-  c.enqueue(s);
-  MXQ_TEST_CUDA(cudaStreamEndCapture(s, &graph));
+  MXQ_TEST_CUDA(cudaStreamBeginCapture(s(), cudaStreamCaptureModeGlobal));
+  late_copy(staged, *call_.in, s());
+  call_.enqueue(s());
+  MXQ_TEST_CUDA(cudaStreamEndCapture(s(), &graph));
   const std::unique_ptr<CUgraph_st, cudaError_t (*)(cudaGraph_t)> owned(graph, cudaGraphDestroy);
 
   // The edge out of late_copy's node leads to the call's first kernel and is programmatic.
@@ -305,7 +313,7 @@ TEST_P(GpuDependentLaunch, GraphEdgeIsProgrammatic) {
   if (n > 0) MXQ_TEST_CUDA(cudaGraphGetEdges(graph, from.data(), to.data(), data.data(), &n));
   size_t roots = 0;
   MXQ_TEST_CUDA(cudaGraphGetRootNodes(graph, nullptr, &roots));
-  ASSERT_EQ(roots, 1u) << c.name << ": late_copy's node should be the graph's only root";
+  ASSERT_EQ(roots, 1u) << call_.name << ": late_copy's node should be the graph's only root";
   cudaGraphNode_t root = nullptr;
   MXQ_TEST_CUDA(cudaGraphGetRootNodes(graph, &root, &roots));
   int out_of_root = 0;
@@ -313,23 +321,21 @@ TEST_P(GpuDependentLaunch, GraphEdgeIsProgrammatic) {
     if (from[i] != root) continue;
     ++out_of_root;
     EXPECT_EQ(int(data[i].type), int(cudaGraphDependencyTypeProgrammatic))
-        << c.name << ": the call's first kernel waits for the whole kernel before it";
+        << call_.name << ": the call's first kernel waits for the whole kernel before it";
   }
-  EXPECT_EQ(out_of_root, 1) << c.name;
+  EXPECT_EQ(out_of_root, 1) << call_.name;
 
   cudaGraphExec_t exec = nullptr;
   MXQ_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
   const std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> owned_exec(
       exec, cudaGraphExecDestroy);
   for (int replay = 0; replay < 2; ++replay) {
-    c.in->fill(0, s);
-    c.out->fill(kPoison, s);
-    MXQ_TEST_CUDA(cudaGraphLaunch(exec, s));
-    MXQ_TEST_CUDA(cudaStreamSynchronize(s));
-    EXPECT_TRUE(same_bytes(c.out->download(s), want, int64_t(want.size()),
-                           c.name + ": replay " + std::to_string(replay)));
+    call_.in->fill(0, s());
+    call_.out->fill(kPoison, s());
+    MXQ_TEST_CUDA(cudaGraphLaunch(exec, s()));
+    MXQ_TEST_CUDA(cudaStreamSynchronize(s()));
+    EXPECT_TRUE(output_as_settled("in graph replay " + std::to_string(replay)));
   }
-  expect_guards(c, s);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, GpuDependentLaunch, ::testing::ValuesIn(kFamilies), family_name);
