@@ -1,6 +1,6 @@
-// CUDA helpers of the mxq tool: RAII wrappers, device facts, and the two kernels the benchmark
-// needs to make inputs (fill_random) and compare outputs (count_mismatches) on the device without
-// host round trips.
+// CUDA helpers of the mxq tool: RAII wrappers, device facts, and the kernels the benchmark needs
+// to make inputs (fill_random) and compare outputs (count_mismatches) on the device without host
+// round trips, and its `copy` op (copy_halves).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
