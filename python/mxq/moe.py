@@ -12,10 +12,11 @@ y are 0 and their rows of dx are 0; an empty group's dW_g is 0. Operands and lay
                                                                               per-expert blocked s_col)
     wgrad    dW_g = dy_gᵀ · x_g   dy colwise, 32x1 along M, K-groups s_col    x colwise, 32x1 along M, K-groups s_col
 
-dy is quantized on both axes by one call (fused kernel, or the composed baseline with ``backend="composed"``; same
-bytes). W's two operands come from one ``quantize_weight`` call in forward (``weight_scaling="32x32"``, the default:
-one scale per 32x32 tile, so each weight value has one e4m3 byte used by both GEMMs; ``"1x32"``: per-axis blocks); the
-colwise one is saved for dgrad. ``scaling_mode`` ("rceil" by default) is passed explicitly to every op call.
+dy is quantized on both axes by one call (fused kernel, or the composed baseline with
+``activation_quantization_backend="composed"``; same bytes). W's two operands come from one ``quantize_weight`` call
+in forward (``weight_scaling="32x32"``, the default: one scale per 32x32 tile, so each weight value has one e4m3 byte
+used by both GEMMs; ``"1x32"``: per-axis blocks); the colwise one is saved for dgrad. ``scaling_mode`` ("rceil" by
+default) is passed explicitly to every op call.
 
 GEMM paths, chosen by a capability check of the device (never by catching a library error):
 
@@ -262,7 +263,7 @@ def grouped_mm(
     offs: Tensor,
     *,
     weight_scaling: str = "32x32",
-    backend: str = "fused",
+    activation_quantization_backend: str = "fused",
     x_colwise: str = "high_precision",
     scaling_mode: str = "rceil",
     gemm: str = "auto",
@@ -273,10 +274,10 @@ def grouped_mm(
     32; empty groups and an uncovered tail allowed; the tail's output and gradient are 0). M, N, K multiples of 32.
     x and w are cast to bf16 (inside the autograd graph, so fp32 master weights get fp32 gradients).
 
-    Options: ``weight_scaling`` "32x32" (default) or "1x32"; ``backend`` "fused" (default) or "composed" for the
-    activation/gradient dual quantization; ``x_colwise`` "high_precision" (save x, quantize it colwise in backward)
-    or "quantized" (quantize x on both axes in forward, save the colwise operand); ``scaling_mode`` "rceil" or
-    "floor"; ``gemm`` "auto", "emulated" or "scaled_grouped_mm".
+    Options: ``weight_scaling`` "32x32" (default) or "1x32"; ``activation_quantization_backend`` "fused" (default)
+    or "composed" for the activation/gradient dual quantization; ``x_colwise`` "high_precision" (save x, quantize it
+    colwise in backward) or "quantized" (quantize x on both axes in forward, save the colwise operand);
+    ``scaling_mode`` "rceil" or "floor"; ``gemm`` "auto", "emulated" or "scaled_grouped_mm".
 
     offs is read on the device (no sync) except by the per-group fallback. A malformed offs raises ValueError on the
     CPU; on the GPU the quantize kernels clamp it (call :func:`mxq.validate_offs` first for an exception).
@@ -284,7 +285,7 @@ def grouped_mm(
     owner = "mxq.grouped_mm"
     _check_grouped_args(owner, x, w, offs)
     check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-    check_choice(owner, "backend", backend, BACKENDS)
+    check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
     check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
     check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
     check_choice(owner, "gemm", gemm, GROUPED_GEMMS)
@@ -296,7 +297,7 @@ def grouped_mm(
         w_bf16,
         layer_weight_operands(w, w_bf16, scaling_mode, weight_scaling),
         offs.contiguous(),
-        backend,
+        activation_quantization_backend,
         x_colwise,
         scaling_mode,
         weight_scaling,
@@ -371,8 +372,8 @@ class MXFP8GroupedExperts(GroupedExperts):
     :func:`grouped_mm`. dim and hidden_dim must be multiples of 32 (ValueError here), and so must every group size
     and the token count at every call.
 
-    Options as :func:`grouped_mm`: weight_scaling ("32x32" default, "1x32"), backend ("fused" default, "composed"),
-    x_colwise, scaling_mode ("rceil" default), gemm ("auto" default)."""
+    Options as :func:`grouped_mm`: weight_scaling ("32x32" default, "1x32"), activation_quantization_backend
+    ("fused" default, "composed"), x_colwise, scaling_mode ("rceil" default), gemm ("auto" default)."""
 
     def __init__(
         self,
@@ -384,7 +385,7 @@ class MXFP8GroupedExperts(GroupedExperts):
         device=None,
         dtype=None,
         weight_scaling: str = "32x32",
-        backend: str = "fused",
+        activation_quantization_backend: str = "fused",
         x_colwise: str = "high_precision",
         scaling_mode: str = "rceil",
         gemm: str = "auto",
@@ -393,13 +394,13 @@ class MXFP8GroupedExperts(GroupedExperts):
         check_multiple_of_32(owner, "dim", dim)
         check_multiple_of_32(owner, "hidden_dim", hidden_dim)
         check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-        check_choice(owner, "backend", backend, BACKENDS)
+        check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
         check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
         check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
         check_choice(owner, "gemm", gemm, GROUPED_GEMMS)
         super().__init__(num_experts, dim, hidden_dim, kind=kind, device=device, dtype=dtype)
         self.weight_scaling = weight_scaling
-        self.backend = backend
+        self.activation_quantization_backend = activation_quantization_backend
         self.x_colwise = x_colwise
         self.scaling_mode = scaling_mode
         self.gemm = gemm
@@ -407,7 +408,7 @@ class MXFP8GroupedExperts(GroupedExperts):
     def config(self) -> dict:
         return {
             "weight_scaling": self.weight_scaling,
-            "backend": self.backend,
+            "activation_quantization_backend": self.activation_quantization_backend,
             "x_colwise": self.x_colwise,
             "scaling_mode": self.scaling_mode,
             "gemm": self.gemm,

@@ -1,6 +1,7 @@
 """mxq.nn: convert a model's layers to MXFP8 in place (docs/training.md).
 
-    summary = mxq.nn.convert(model, include=None, exclude=None, weight_scaling="32x32", backend="fused")
+    summary = mxq.nn.convert(model, include=None, exclude=None, weight_scaling="32x32",
+                             activation_quantization_backend="fused")
     print(summary)          # a table of converted and skipped modules, with the reason for each skip
 
 What is converted:
@@ -114,7 +115,7 @@ def convert(
     include=None,
     exclude=None,
     weight_scaling: str = "32x32",
-    backend: str = "fused",
+    activation_quantization_backend: str = "fused",
     x_colwise: str = "high_precision",
     scaling_mode: str = "rceil",
     gemm: str = "auto",
@@ -122,24 +123,30 @@ def convert(
 ) -> ConversionSummary:
     """Swaps ``model``'s nn.Linear and expert modules for MXFP8 ones in place (module docstring) and returns the
     summary. ``include`` / ``exclude``: an fnmatch pattern or a list of them, matched against fully qualified module
-    names. The MXFP8 options go to every new module: ``weight_scaling`` ("32x32" default, "1x32"), ``backend`` (the
-    activation-gradient quantization, "fused" default, "composed"), ``x_colwise``, ``scaling_mode`` ("rceil" default),
-    ``gemm`` (MXFP8Linear: "auto", "emulated", "scaled_mm") and ``grouped_gemm`` (experts: "auto", "emulated",
-    "scaled_grouped_mm"). Raises ValueError for a bad option; an unconvertible module is skipped, not an error."""
+    names. The MXFP8 options go to every new module: ``weight_scaling`` ("32x32" default, "1x32"),
+    ``activation_quantization_backend`` (the activation-gradient quantization, "fused" default, "composed"),
+    ``x_colwise``, ``scaling_mode`` ("rceil" default), ``gemm`` (MXFP8Linear: "auto", "emulated", "scaled_mm") and
+    ``grouped_gemm`` (experts: "auto", "emulated", "scaled_grouped_mm"). Raises ValueError for a bad option; an
+    unconvertible module is skipped, not an error."""
     owner = "mxq.nn.convert"
     if not isinstance(model, tnn.Module):
         raise TypeError(f"{owner}: model must be a torch.nn.Module, got {type(model).__name__}")
     inc = _patterns(owner, "include", include)
     exc = _patterns(owner, "exclude", exclude)
     check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-    check_choice(owner, "backend", backend, BACKENDS)
+    check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
     check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
     check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
     check_choice(owner, "gemm", gemm, GEMMS)
     check_choice(owner, "grouped_gemm", grouped_gemm, GROUPED_GEMMS)
-    common = {"weight_scaling": weight_scaling, "x_colwise": x_colwise, "scaling_mode": scaling_mode}
-    linear_opts = {**common, "activation_quantization_backend": backend, "gemm": gemm}
-    expert_opts = {**common, "backend": backend, "gemm": grouped_gemm}
+    common = {
+        "weight_scaling": weight_scaling,
+        "activation_quantization_backend": activation_quantization_backend,
+        "x_colwise": x_colwise,
+        "scaling_mode": scaling_mode,
+    }
+    linear_opts = {**common, "gemm": gemm}
+    expert_opts = {**common, "gemm": grouped_gemm}
 
     converted: list[Converted] = []
     skipped: list[Skipped] = []

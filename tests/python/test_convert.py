@@ -92,7 +92,7 @@ def test_convert_default_swaps_linear_and_experts_in_place():
     assert all(after[n] is params_before[n] for n in after)
     # Defaults: 32x32 weight tiles, fused activation casts, RCEIL.
     assert net.proj.weight_scaling == "32x32" and net.proj.activation_quantization_backend == "fused"
-    assert net.proj.scaling_mode == "rceil" and net.block["experts"].config()["backend"] == "fused"
+    assert net.proj.scaling_mode == "rceil" and net.block["experts"].config()["activation_quantization_backend"] == "fused"
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = net(x, offs)
     assert sqnr(ref, out) >= 20
@@ -129,8 +129,8 @@ def test_root_module_and_bad_arguments():
         mxq.nn.convert("model")
     with pytest.raises(ValueError, match='weight_scaling must be "32x32" or "1x32"'):
         mxq.nn.convert(nn.Sequential(), weight_scaling="32")
-    with pytest.raises(ValueError, match='backend must be "fused" or "composed"'):
-        mxq.nn.convert(nn.Sequential(), backend="cutlass")
+    with pytest.raises(ValueError, match='activation_quantization_backend must be "fused" or "composed"'):
+        mxq.nn.convert(nn.Sequential(), activation_quantization_backend="cutlass")
     with pytest.raises(ValueError, match="include must be None, a pattern string or a list of them"):
         mxq.nn.convert(nn.Sequential(), include=3)
 

@@ -52,7 +52,7 @@ def _check(device, K, N, weight_scaling):
     results = {}
     for backend in ("fused", "composed"):
         for x_colwise in ("high_precision", "quantized"):
-            opts = {"weight_scaling": weight_scaling, "backend": backend, "x_colwise": x_colwise}
+            opts = {"weight_scaling": weight_scaling, "activation_quantization_backend": backend, "x_colwise": x_colwise}
             results[backend, x_colwise] = _run(lambda a, b, o=opts: grouped_mm(a, b, offs, **o), x, w, dy)
     base = results["fused", "high_precision"]
     for key, got in results.items():
@@ -314,8 +314,8 @@ def test_errors():
         grouped_mm(x, torch.randn(4, 80, 64, dtype=torch.bfloat16), offs)
     with pytest.raises(ValueError, match='weight_scaling must be "32x32" or "1x32"'):
         grouped_mm(x, w, offs, weight_scaling="1x1")
-    with pytest.raises(ValueError, match='backend must be "fused" or "composed"'):
-        grouped_mm(x, w, offs, backend="triton")
+    with pytest.raises(ValueError, match='activation_quantization_backend must be "fused" or "composed"'):
+        grouped_mm(x, w, offs, activation_quantization_backend="triton")
     with pytest.raises(ValueError, match='gemm must be "auto", "emulated" or "scaled_grouped_mm"'):
         grouped_mm(x, w, offs, gemm="cutlass")
     # A malformed offs on the CPU dispatch: the reference's own message (a group size not a multiple of 32).
