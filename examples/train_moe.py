@@ -349,7 +349,8 @@ def main(argv=None) -> int:
         torch.manual_seed(args.seed)
         model = TinyMoETransformer(cfg).to(device)
         if name == "mxfp8":
-            summary = mxq.nn.convert(model)  # weight_scaling="32x32", activation_quantization_backend="fused", scaling_mode="rceil"
+            # The defaults: weight_scaling="32x32", activation_quantization_backend="fused", scaling_mode="rceil".
+            summary = mxq.nn.convert(model)
             print(summary)
         runs[name] = train(name, model, data, cfg, args, device)
         del model

@@ -68,6 +68,24 @@ def check_choice(owner: str, name: str, value, choices) -> None:
         raise ValueError(f"{owner}: {name} must be {listed}, got {value!r}")
 
 
+def check_options(
+    owner: str,
+    weight_scaling: str,
+    activation_quantization_backend: str,
+    x_colwise: str,
+    scaling_mode: str,
+    gemm: str,
+    gemms: tuple[str, ...] = GEMMS,
+) -> None:
+    """The MXFP8 options every layer and GEMM entry point takes, each against its choices (``gemm`` against
+    ``gemms``, which differ for grouped GEMMs): ValueError naming the owner, the option and the value."""
+    check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
+    check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
+    check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
+    check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
+    check_choice(owner, "gemm", gemm, gemms)
+
+
 def check_multiple_of_32(owner: str, name: str, value: int, hint: str = "") -> None:
     if value % BLOCK:
         raise ValueError(f"{owner}: {name} must be a multiple of {BLOCK}, got {value}{hint}")
@@ -205,9 +223,10 @@ def mxfp8_linear(
 ) -> Tensor:
     """Functional MXFP8 linear: bf16 ``x Wᵀ + b`` for x (..., K) and weight (N, K); see the module docstring.
 
-    Raises ValueError when K, N or the token count (the product of x's leading dims) is not a multiple of 32, or
-    when x's last dim is not the weight's K."""
+    Raises ValueError when K, N or the token count (the product of x's leading dims) is not a multiple of 32,
+    when x's last dim is not the weight's K, or for an option outside its choices."""
     owner = "mxq.mxfp8_linear"
+    check_options(owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm)
     if weight.dim() != 2:
         raise ValueError(f"{owner}: weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
     N, K = weight.shape
@@ -261,11 +280,7 @@ class MXFP8Linear(nn.Linear):
     ) -> None:
         check_multiple_of_32("MXFP8Linear", "in_features", in_features)
         check_multiple_of_32("MXFP8Linear", "out_features", out_features)
-        check_choice("MXFP8Linear", "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-        check_choice("MXFP8Linear", "activation_quantization_backend", activation_quantization_backend, BACKENDS)
-        check_choice("MXFP8Linear", "x_colwise", x_colwise, X_COLWISE)
-        check_choice("MXFP8Linear", "scaling_mode", scaling_mode, SCALING_MODES)
-        check_choice("MXFP8Linear", "gemm", gemm, GEMMS)
+        check_options("MXFP8Linear", weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.weight_scaling = weight_scaling
         self.activation_quantization_backend = activation_quantization_backend

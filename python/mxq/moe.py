@@ -47,13 +47,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .linear import (
-    BACKENDS,
     BLOCK,
-    SCALING_MODES,
-    WEIGHT_SCALINGS,
-    X_COLWISE,
     check_choice,
     check_multiple_of_32,
+    check_options,
     dual_quantize,
     layer_weight_operands,
     native_mx_gemm,
@@ -284,11 +281,7 @@ def grouped_mm(
     Raises ValueError for a bad shape, dtype of offs, option or device mix."""
     owner = "mxq.grouped_mm"
     _check_grouped_args(owner, x, w, offs)
-    check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-    check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
-    check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
-    check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
-    check_choice(owner, "gemm", gemm, GROUPED_GEMMS)
+    check_options(owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm, GROUPED_GEMMS)
     path = grouped_gemm_path(x.device, gemm)
     x = x.to(torch.bfloat16).contiguous()
     w_bf16 = w.to(torch.bfloat16).contiguous()
@@ -393,11 +386,9 @@ class MXFP8GroupedExperts(GroupedExperts):
         owner = "MXFP8GroupedExperts"
         check_multiple_of_32(owner, "dim", dim)
         check_multiple_of_32(owner, "hidden_dim", hidden_dim)
-        check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-        check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
-        check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
-        check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
-        check_choice(owner, "gemm", gemm, GROUPED_GEMMS)
+        check_options(
+            owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm, GROUPED_GEMMS
+        )
         super().__init__(num_experts, dim, hidden_dim, kind=kind, device=device, dtype=dtype)
         self.weight_scaling = weight_scaling
         self.activation_quantization_backend = activation_quantization_backend

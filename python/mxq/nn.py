@@ -41,13 +41,9 @@ from typing import NamedTuple
 import torch.nn as tnn
 
 from .linear import (
-    BACKENDS,
-    GEMMS,
-    SCALING_MODES,
-    WEIGHT_SCALINGS,
-    X_COLWISE,
     MXFP8Linear,
     check_choice,
+    check_options,
     reuse_quantized_weights,
 )
 from .moe import GROUPED_GEMMS, MXFP8GroupedExperts, expert_dims, is_expert_module
@@ -133,11 +129,7 @@ def convert(
         raise TypeError(f"{owner}: model must be a torch.nn.Module, got {type(model).__name__}")
     inc = _patterns(owner, "include", include)
     exc = _patterns(owner, "exclude", exclude)
-    check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-    check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
-    check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
-    check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
-    check_choice(owner, "gemm", gemm, GEMMS)
+    check_options(owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm)
     check_choice(owner, "grouped_gemm", grouped_gemm, GROUPED_GEMMS)
     common = {
         "weight_scaling": weight_scaling,

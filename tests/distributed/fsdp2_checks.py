@@ -86,7 +86,9 @@ class TinyMoE(nn.Module):
         super().__init__()
         self.proj_in = mxq.MXFP8Linear(DIM, DIM, activation_quantization_backend=backend)
         self.router = nn.Linear(DIM, EXPERTS, bias=False)  # 4 outputs: not an MXFP8 layer
-        self.experts = mxq.MXFP8GroupedExperts(EXPERTS, DIM, HIDDEN, kind="swiglu", activation_quantization_backend=backend)
+        self.experts = mxq.MXFP8GroupedExperts(
+            EXPERTS, DIM, HIDDEN, kind="swiglu", activation_quantization_backend=backend
+        )
         self.proj_out = mxq.MXFP8Linear(DIM, DIM, bias=False, activation_quantization_backend=backend)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

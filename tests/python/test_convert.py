@@ -92,7 +92,8 @@ def test_convert_default_swaps_linear_and_experts_in_place():
     assert all(after[n] is params_before[n] for n in after)
     # Defaults: 32x32 weight tiles, fused activation casts, RCEIL.
     assert net.proj.weight_scaling == "32x32" and net.proj.activation_quantization_backend == "fused"
-    assert net.proj.scaling_mode == "rceil" and net.block["experts"].config()["activation_quantization_backend"] == "fused"
+    assert net.proj.scaling_mode == "rceil"
+    assert net.block["experts"].config()["activation_quantization_backend"] == "fused"
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = net(x, offs)
     assert sqnr(ref, out) >= 20

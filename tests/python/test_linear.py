@@ -308,3 +308,21 @@ def test_call_errors():
         m(torch.randn(32, 96, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match=r"weight must be 2-D \(N, K\)"):
         mxq.mxfp8_linear(torch.randn(32, 64), torch.randn(2, 32, 64))
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("weight_scaling", "16x16"),
+        ("activation_quantization_backend", "triton"),
+        ("x_colwise", "fp8"),
+        ("scaling_mode", "even"),
+        ("gemm", "cublas"),
+    ],
+)
+def test_functional_option_errors(option, value):
+    """The functional form checks its options itself: a value outside the choices is an error naming
+    mxq.mxfp8_linear, never a silent fall back to another path."""
+    x, w = torch.randn(32, 64, dtype=torch.bfloat16), torch.randn(32, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=f"mxq.mxfp8_linear: {option} must be .*, got '{value}'"):
+        mxq.mxfp8_linear(x, w, **{option: value})

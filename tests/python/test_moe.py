@@ -52,7 +52,11 @@ def _check(device, K, N, weight_scaling):
     results = {}
     for backend in ("fused", "composed"):
         for x_colwise in ("high_precision", "quantized"):
-            opts = {"weight_scaling": weight_scaling, "activation_quantization_backend": backend, "x_colwise": x_colwise}
+            opts = {
+                "weight_scaling": weight_scaling,
+                "activation_quantization_backend": backend,
+                "x_colwise": x_colwise,
+            }
             results[backend, x_colwise] = _run(lambda a, b, o=opts: grouped_mm(a, b, offs, **o), x, w, dy)
     base = results["fused", "high_precision"]
     for key, got in results.items():
