@@ -4,7 +4,7 @@
 and Meta impls; see torch_ext/ops.cpp). The typed Python API:
 
     mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="fused")
-    mxq.dequantize(q, scales, offs=None)
+    mxq.dequantize(q, scales, offs=None, *, layout="blocked")   # also dequantize_rowwise / dequantize_colwise
     mxq.validate_offs(offs, M)
     mxq.quantize_weight(w, *, scaling_mode="rceil", weight_scaling="32x32", rowwise=True, colwise=True)
     mxq.MXFP8Linear(...)                      # mxq.linear; mxq.mxfp8_linear(x, weight, bias, ...) functional
