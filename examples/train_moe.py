@@ -87,14 +87,16 @@ TINY = Config(
 
 
 def make_language(cfg: Config, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(transition CDFs (topics, V, V), start distribution (V,)) of the synthetic language."""
+    """(transition CDFs (topics, V, V), start distribution (V,)) of the synthetic language, a function of ``seed``
+    alone: every draw comes from its own generator, so the batches and the entropy floor describe one language."""
     g = torch.Generator().manual_seed(seed + 1000)
     V = cfg.vocab
     probs = torch.zeros(cfg.topics, V, V)
     for t in range(cfg.topics):
         succ = torch.stack([torch.randperm(V, generator=g)[: cfg.successors] for _ in range(V)])  # (V, S)
-        weights = torch.distributions.Dirichlet(torch.full((cfg.successors,), 1.0)).sample((V,))
-        probs[t].scatter_(1, succ, weights)
+        # Dirichlet(1, ..., 1) weights: i.i.d. Exp(1) draws, normalized (torch.distributions takes no generator).
+        e = torch.empty(V, cfg.successors).exponential_(generator=g)
+        probs[t].scatter_(1, succ, e / e.sum(-1, keepdim=True))
     return probs.cumsum(-1), torch.full((V,), 1.0 / V)
 
 
