@@ -3,7 +3,7 @@
 ``import mxq`` loads the compiled extension, which registers ``torch.ops.mxq.*`` (schemas, CUDA, CPU-reference
 and Meta impls; see torch_ext/ops.cpp). The typed Python API:
 
-    mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="fused")
+    mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="fused", out=None)
     mxq.dequantize(q, scales, offs=None, *, layout="blocked")   # also dequantize_rowwise / dequantize_colwise
     mxq.validate_offs(offs, M)
     mxq.quantize_weight(w, *, scaling_mode="rceil", weight_scaling="32x32", rowwise=True, colwise=True)
