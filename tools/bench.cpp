@@ -266,8 +266,6 @@ int alignment(const MatrixShape& s) {
   return kDimAlign;
 }
 
-const char* scaling_name(WeightScaling s) { return s == WeightScaling::k1x32 ? "1x32" : "32x32"; }
-
 struct BenchCase {
   BenchSet set = BenchSet::kMain;
   Op op = Op::kFused;
@@ -404,7 +402,7 @@ void check_device_memory(const BenchCase& c, int max_groups, int64_t l2_bytes) {
   MXQ_TOOL_CUDA(cudaMemGetInfo(&free, &total));
   const double needed = workspace_bytes(c, max_groups, l2_bytes);
   if (needed <= double(free)) return;
-  throw ToolError(c.shape_text() + " " + dtype_name(c.dtype) + " needs about " +
+  throw ToolError(c.shape_text() + " " + to_string(c.dtype) + " needs about " +
                   format_bytes(needed) + " of GPU memory (" +
                   std::to_string(rotating_sets(c.elements(), l2_bytes)) +
                   " rotating buffer sets), but only " + format_bytes(double(free)) +
@@ -879,8 +877,8 @@ int block_max_groups(const std::vector<BenchCase>& cases, size_t first) {
 std::string case_text(const BenchCase& c) {
   std::ostringstream os;
   os << std::left << std::setw(8) << set_name(c.set) << std::setw(11) << op_name(c.op)
-     << std::setw(14) << c.shape_text() << std::setw(5) << dtype_name(c.dtype) << std::setw(12)
-     << (c.weight() ? scaling_name(c.scaling) : grouping_text(c.grouping));
+     << std::setw(14) << c.shape_text() << std::setw(5) << to_string(c.dtype) << std::setw(12)
+     << (c.weight() ? to_string(c.scaling) : grouping_text(c.grouping));
   return os.str();
 }
 
@@ -951,7 +949,7 @@ std::string set_table(const std::vector<BenchRow>& all, BenchSet set) {
     std::vector<std::string> cells{op_name(r->c.op), r->c.shape_text()};
     switch (set) {
       case BenchSet::kMain:
-        cells.insert(cells.end(), {dtype_name(r->c.dtype), grouping_text(r->c.grouping)});
+        cells.insert(cells.end(), {to_string(r->c.dtype), grouping_text(r->c.grouping)});
         break;
       case BenchSet::kRagged:
         cells.push_back(std::to_string(alignment(r->c.shape)));
@@ -960,10 +958,10 @@ std::string set_table(const std::vector<BenchRow>& all, BenchSet set) {
         cells.push_back(grouping_text(r->c.grouping));
         break;
       case BenchSet::kDtypes:
-        cells.push_back(dtype_name(r->c.dtype));
+        cells.push_back(to_string(r->c.dtype));
         break;
       case BenchSet::kWeights:
-        cells.push_back(scaling_name(r->c.scaling));
+        cells.push_back(to_string(r->c.scaling));
         break;
     }
     cells.insert(cells.end(), {fixed(r->us, 1), format_bytes(double(r->traffic.total())),
@@ -1163,7 +1161,7 @@ void write_json(const std::string& path, const RunRecord& run) {
      << run.options.replays << ", \"warmup\": " << run.options.warmup
      << ", \"rule\": " << quote(run.options.rule) << ", \"seed\": " << run.options.seed
      << ", \"tile_rows\": " << run.options.tile_rows
-     << ", \"dtype\": " << quote(dtype_name(run.options.dtype))
+     << ", \"dtype\": " << quote(to_string(run.options.dtype))
      << ", \"bytes\": \"tools/traffic.h\", \"roof\": \"cudaMemcpyAsync D2D between events (not a "
         "graph), (read + written) / time, median of "
      << kRoofReplays
@@ -1185,7 +1183,7 @@ void write_json(const std::string& path, const RunRecord& run) {
     const int64_t M = c.weight() ? c.experts * c.shape.M : c.shape.M;
     os << "    {\"set\": " << quote(set_name(c.set)) << ", \"op\": " << quote(op_name(c.op))
        << ", \"M\": " << M << ", \"K\": " << c.shape.K
-       << ", \"dtype\": " << quote(dtype_name(c.dtype)) << ", \"groups\": " << c.groups()
+       << ", \"dtype\": " << quote(to_string(c.dtype)) << ", \"groups\": " << c.groups()
        << ", \"groups_kind\": " << quote(kind_name(c.grouping.kind))
        << ", \"align\": " << alignment({M, c.shape.K})
        << ", \"aligned128\": " << bool_text(alignment({M, c.shape.K}) == 128);
@@ -1194,7 +1192,7 @@ void write_json(const std::string& path, const RunRecord& run) {
     }
     if (c.weight()) {
       os << ", \"experts\": " << c.experts << ", \"N\": " << c.shape.M
-         << ", \"scaling\": " << quote(scaling_name(c.scaling));
+         << ", \"scaling\": " << quote(to_string(c.scaling));
     }
     os << ", \"us\": " << json_number(r.us) << ", \"us_min\": " << json_number(r.us_min)
        << ", \"us_max\": " << json_number(r.us_max) << ", \"bytes_read\": " << r.traffic.read
@@ -1211,7 +1209,7 @@ void write_json(const std::string& path, const RunRecord& run) {
   for (size_t i = 0; i < run.verifies.size(); ++i) {
     const VerifyResult& v = run.verifies[i];
     os << "    {\"set\": " << quote(set_name(v.set)) << ", \"check\": " << quote(v.check)
-       << ", \"shape\": " << quote(v.shape) << ", \"dtype\": " << quote(dtype_name(v.dtype))
+       << ", \"shape\": " << quote(v.shape) << ", \"dtype\": " << quote(to_string(v.dtype))
        << ", \"groups\": " << v.grouping.groups
        << ", \"groups_kind\": " << quote(kind_name(v.grouping.kind));
     if (!v.scaling.empty()) os << ", \"scaling\": " << quote(v.scaling);
@@ -1224,7 +1222,7 @@ void write_json(const std::string& path, const RunRecord& run) {
     const CaseError& e = run.errors[i];
     os << "    {\"set\": " << quote(set_name(e.c.set)) << ", \"op\": " << quote(op_name(e.c.op))
        << ", \"shape\": " << quote(e.c.shape_text())
-       << ", \"dtype\": " << quote(dtype_name(e.c.dtype)) << ", \"groups\": " << e.c.groups()
+       << ", \"dtype\": " << quote(to_string(e.c.dtype)) << ", \"groups\": " << e.c.groups()
        << ", \"groups_kind\": " << quote(kind_name(e.c.grouping.kind))
        << ", \"message\": " << quote(e.message) << "}"
        << (i + 1 < run.errors.size() ? ",\n" : "\n");
@@ -1258,7 +1256,7 @@ VerifyResult verify_weight_repeat(const BenchCase& bc, const WeightWorkspace& w,
   v.check = "repeat";
   v.shape = bc.shape_text();
   v.dtype = bc.dtype;
-  v.scaling = scaling_name(bc.scaling);
+  v.scaling = to_string(bc.scaling);
   poison({&a.q_row, &a.s_row, &a.q_col, &a.s_col}, kPoisonFused, stream);
   poison({&b.q_row, &b.s_row, &b.q_col, &b.s_col}, kPoisonComposed, stream);
   quantize_weight(w.params(a, bc.scaling, rule, stream));
@@ -1387,7 +1385,7 @@ int run_bench(const BenchOptions& o) {
           ws = std::make_unique<ShapeWorkspace>(bc.shape, bc.dtype, block_max_groups(cases, i), l2,
                                                 o.seed, stream.get());
         }
-        std::cout << "-- " << bc.shape_text() << " " << dtype_name(bc.dtype) << ": "
+        std::cout << "-- " << bc.shape_text() << " " << to_string(bc.dtype) << ": "
                   << rotating_sets(bc.elements(), l2) << " rotating buffer sets of "
                   << format_bytes(double(dtype_bytes(bc.dtype)) * double(bc.elements()))
                   << " input\n";
@@ -1411,7 +1409,7 @@ int run_bench(const BenchOptions& o) {
           if (verify) {
             run.verifies.push_back(verify_fused_vs_composed(bc, ctx));
             const VerifyResult& v = run.verifies.back();
-            std::cout << "   verify fused == composed (" << dtype_name(bc.dtype) << ", "
+            std::cout << "   verify fused == composed (" << to_string(bc.dtype) << ", "
                       << grouping_text(bc.grouping) << ", " << format_bytes(double(v.bytes))
                       << "): " << (v.ok() ? "ok" : "FAILED") << " (" << v.mismatches
                       << " mismatching bytes, status " << v.fused_status << "/" << v.composed_status

@@ -97,21 +97,9 @@ Phase::~Phase() {
   if (open_) std::cerr << " failed\n" << std::flush;
 }
 
-const char* dtype_name(DType dtype) {
-  switch (dtype) {
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kFloat16:
-      return "fp16";
-    case DType::kFloat32:
-      return "fp32";
-  }
-  return "?";
-}
-
 std::optional<DType> parse_dtype(const std::string& name) {
   for (DType t : {DType::kBFloat16, DType::kFloat16, DType::kFloat32}) {
-    if (name == dtype_name(t)) return t;
+    if (name == to_string(t)) return t;
   }
   return std::nullopt;
 }

@@ -85,8 +85,7 @@ class Rng {
   uint64_t state_;
 };
 
-// Input element types by their command-line names: "bf16", "fp16", "fp32".
-const char* dtype_name(DType dtype);
+// Input element types by their command-line names, mxq::to_string(DType): "bf16", "fp16", "fp32".
 std::optional<DType> parse_dtype(const std::string& name);
 constexpr const char* kDtypeNames = "bf16|fp16|fp32";
 

@@ -263,12 +263,12 @@ void print_timings(const DemoInput& in, const std::vector<PathTiming>& timings) 
 }
 
 void print_header(const DemoOptions& o, const DemoInput& in) {
-  std::cout << "mxq demo: x " << dtype_name(in.dtype) << " " << in.shape.str() << " ("
+  std::cout << "mxq demo: x " << to_string(in.dtype) << " " << in.shape.str() << " ("
             << format_bytes(double(dtype_bytes(in.dtype)) * double(in.shape.elements()))
             << "), rule " << to_string(in.rule) << ", seed " << o.seed << ", "
             << (in.offs.empty() ? std::string("dense") : describe_groups(in.offs, in.shape.M))
             << "\n";
-  std::cout << "specials in x (" << dtype_name(in.dtype) << "):";
+  std::cout << "specials in x (" << to_string(in.dtype) << "):";
   for (size_t i = 0; i < in.specials.size(); ++i) {
     const Special& sp = in.specials[i];
     std::cout << (i ? ", " : " ") << sp.name << " at x[" << sp.index / in.shape.K << ", "

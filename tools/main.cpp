@@ -81,13 +81,13 @@ struct Args {
   DemoOptions demo;
   std::string demo_shape = demo.shape.str();
   std::string demo_seed = std::to_string(demo.seed);
-  std::string demo_dtype = dtype_name(demo.dtype);
+  std::string demo_dtype = to_string(demo.dtype);
   BenchOptions bench;
   std::vector<std::string> bench_shapes;
   std::vector<std::string> bench_ops;
   std::vector<std::string> bench_sets;
   std::string bench_seed = std::to_string(bench.seed);
-  std::string bench_dtype = dtype_name(bench.dtype);
+  std::string bench_dtype = to_string(bench.dtype);
 };
 
 void add_demo(CLI::App& app, Args& a) {

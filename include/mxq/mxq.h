@@ -61,6 +61,8 @@ class Error : public std::runtime_error {
 // Parses the exact strings "rceil" and "floor"; anything else throws (no silent fallback).
 ScaleRounding parse_scale_rounding(const std::string& name);
 const char* to_string(ScaleRounding rule);
+// "bf16", "fp16" or "fp32": the names the CLI, the benchmark JSON and the test names use.
+const char* to_string(DType dtype);
 
 // Bits of the device status word that grouped ops write on every call (0 = offs well formed).
 // A malformed offs is clamped on the device so that no write leaves the outputs, and reported here.

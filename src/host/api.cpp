@@ -22,6 +22,18 @@ const char* to_string(ScaleRounding rule) {
   return rule == ScaleRounding::kFloor ? "floor" : "rceil";
 }
 
+const char* to_string(DType dtype) {
+  switch (dtype) {
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat16:
+      return "fp16";
+    case DType::kFloat32:
+      return "fp32";
+  }
+  return "?";
+}
+
 WeightScaling parse_weight_scaling(const std::string& name) {
   if (name == "1x32") return WeightScaling::k1x32;
   if (name == "32x32") return WeightScaling::k32x32;

@@ -152,7 +152,7 @@ TEST_P(GpuWeight, MatchesReference) {
 
 std::string weight_name(const ::testing::TestParamInfo<WeightParam>& info) {
   const auto& [dtype, scaling, rule, shape, dist] = info.param;
-  return std::string(dtype_name(dtype)) + "_" +
+  return std::string(to_string(dtype)) + "_" +
          (scaling == WeightScaling::k32x32 ? "t32x32" : "b1x32") + "_" + rounding_name(rule) + "_" +
          weight_shape_name(shape) + "_" + wdist_name(dist);
 }
@@ -201,7 +201,7 @@ TEST_P(GpuWeightAxes, SkippedAxesUntouched) {
 
 std::string axes_name(const ::testing::TestParamInfo<AxesParam>& info) {
   const auto& [dtype, scaling, shape] = info.param;
-  return std::string(dtype_name(dtype)) + "_" +
+  return std::string(to_string(dtype)) + "_" +
          (scaling == WeightScaling::k32x32 ? "t32x32" : "b1x32") + "_" + weight_shape_name(shape);
 }
 
@@ -241,7 +241,7 @@ INSTANTIATE_TEST_SUITE_P(All, GpuWeightDeterminism,
                          ::testing::Combine(::testing::ValuesIn(kWeightDtypes),
                                             ::testing::ValuesIn(kWeightScalings)),
                          [](const ::testing::TestParamInfo<DeterminismParam>& info) {
-                           return std::string(dtype_name(std::get<0>(info.param))) + "_" +
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
                                   (std::get<1>(info.param) == WeightScaling::k32x32 ? "t32x32"
                                                                                     : "b1x32");
                          });
@@ -482,10 +482,10 @@ TEST_F(GpuWeightBandwidth, IssueShapes) {
       });
       const double bw = double(in_bytes + out_bytes) / (ms * 1e-3);
       std::cout << "  " << std::left << std::setw(19) << weight_shape_name(s) << std::setw(8)
-                << scaling_name(scaling) << std::right << std::fixed << std::setprecision(1)
+                << to_string(scaling) << std::right << std::fixed << std::setprecision(1)
                 << std::setw(8) << ms * 1e3 << std::setprecision(2) << std::setw(7) << bw / 1e12
                 << std::setprecision(1) << std::setw(10) << 100.0 * bw / roof << "%\n";
-      RecordProperty(weight_shape_name(s) + "_" + scaling_name(scaling) + "_pct_of_roof",
+      RecordProperty(weight_shape_name(s) + "_" + to_string(scaling) + "_pct_of_roof",
                      std::to_string(100.0 * bw / roof));
       // Expert 0 of the last run's set against the reference.
       MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));

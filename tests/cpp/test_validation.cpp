@@ -77,6 +77,12 @@ const std::string kAddr = "0x[0-9a-f]+";  // how std::ostream prints a non-null 
   return ::testing::AssertionFailure() << "did not throw";
 }
 
+TEST(DTypeNames, AreTheCommandLineNames) {
+  EXPECT_STREQ(to_string(DType::kBFloat16), "bf16");
+  EXPECT_STREQ(to_string(DType::kFloat16), "fp16");
+  EXPECT_STREQ(to_string(DType::kFloat32), "fp32");
+}
+
 TEST(ParseScaleRounding, AcceptsExactlyTheTwoNames) {
   EXPECT_EQ(parse_scale_rounding("rceil"), ScaleRounding::kRceil);
   EXPECT_EQ(parse_scale_rounding("floor"), ScaleRounding::kFloor);

@@ -201,7 +201,7 @@ TEST_P(WeightOracle, ReferenceMatchesSpec) {
 
 std::string oracle_name(const ::testing::TestParamInfo<OracleParam>& info) {
   const auto& [dtype, scaling, rule, shape, dist] = info.param;
-  return std::string(dtype_name(dtype)) + "_" +
+  return std::string(to_string(dtype)) + "_" +
          (scaling == WeightScaling::k32x32 ? "t32x32" : "b1x32") + "_" + to_string(rule) + "_" +
          weight_shape_name(shape) + "_" + wdist_name(dist);
 }
@@ -426,7 +426,7 @@ TEST_P(WeightProperties, EveryByteWrittenAndAxesIndependent) {
 
 std::string prop_name(const ::testing::TestParamInfo<PropParam>& info) {
   const auto& [dtype, rule, shape] = info.param;
-  return std::string(dtype_name(dtype)) + "_" + to_string(rule) + "_" + weight_shape_name(shape);
+  return std::string(to_string(dtype)) + "_" + to_string(rule) + "_" + weight_shape_name(shape);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, WeightProperties,
@@ -465,7 +465,7 @@ TEST_P(WeightCrossChecks, OneByThirtyTwoIsQuantizePerExpert) {
       auto slice = [](const Bytes& v, int64_t at, int64_t n) {
         return Bytes(v.begin() + at, v.begin() + at + n);
       };
-      const std::string at = std::string(dtype_name(dtype)) + " expert " + std::to_string(g) + " ";
+      const std::string at = std::string(to_string(dtype)) + " expert " + std::to_string(g) + " ";
       EXPECT_TRUE(bytes_equal(slice(o.q_row, g * N * K, N * K), q_row, K, at + "q_row"));
       EXPECT_TRUE(bytes_equal(slice(o.s_row, g * row_region, row_region), s_row, 1, at + "s_row"));
       EXPECT_TRUE(bytes_equal(slice(o.q_col, g * N * K, N * K), q_col, N, at + "q_col"));

@@ -25,6 +25,7 @@
 #include "../../src/kernels/tile_key.h"
 #include "../../src/kernels/weight_tile.h"
 #include "mxq/layout.h"
+#include "mxq/mxq.h"
 
 namespace mxq::test {
 namespace {
@@ -32,9 +33,6 @@ namespace {
 using namespace mxq::kernels::weight;
 
 constexpr DType kDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
-const char* dtype_name(DType d) {
-  return d == DType::kFloat32 ? "fp32" : d == DType::kFloat16 ? "fp16" : "bf16";
-}
 
 struct Dims {
   int64_t G, N, K;
@@ -162,7 +160,7 @@ TEST(WeightTileGrid, SixtyFourBitOffsets) {
 
 TEST(WeightTileThreads, LoadsCoverTheTileOnce) {
   for (DType d : kDtypes) {
-    SCOPED_TRACE(dtype_name(d));
+    SCOPED_TRACE(to_string(d));
     const int cpr = chunks_per_row(d);
     std::vector<int> hits(size_t(kTileDim * cpr), 0);
     for (int warp = 0; warp < kWarps; ++warp) {
@@ -202,7 +200,7 @@ TEST(WeightTileThreads, LoadPredicatesOnPartialTiles) {
             }
           }
         }
-        ASSERT_EQ(loaded * chunk_elems(d), rows * cols) << dtype_name(d);
+        ASSERT_EQ(loaded * chunk_elems(d), rows * cols) << to_string(d);
       }
     }
   }
@@ -250,7 +248,7 @@ TEST(WeightTileThreads, ColwiseBlocks) {
 // shuffles reach exactly the lanes whose loads lie in the same column block; one writer per block.
 TEST(WeightTileThreads, PartialAmaxGroups) {
   for (DType d : kDtypes) {
-    SCOPED_TRACE(dtype_name(d));
+    SCOPED_TRACE(to_string(d));
     for (int warp = 0; warp < kWarps; ++warp) {
       for (int lane = 0; lane < 32; ++lane) {
         for (int i = 0; i < loads_per_thread(d); ++i) {
@@ -293,7 +291,7 @@ TEST(WeightTileSwizzle, BijectivePerRow) {
         ASSERT_LT(p, cpr);
         seen.insert(p);
       }
-      ASSERT_EQ(int(seen.size()), cpr) << dtype_name(d) << " row " << row;
+      ASSERT_EQ(int(seen.size()), cpr) << to_string(d) << " row " << row;
     }
   }
 }
@@ -310,7 +308,7 @@ TEST(WeightTileSwizzle, BijectivePerRow) {
 
 TEST(WeightTileSwizzle, ConflictFreeStagingAndRowwise) {
   for (DType d : kDtypes) {
-    SCOPED_TRACE(dtype_name(d));
+    SCOPED_TRACE(to_string(d));
     for (int warp = 0; warp < kWarps; ++warp) {
       for (int phase = 0; phase < 4; ++phase) {
         for (int i = 0; i < loads_per_thread(d); ++i) {  // staging stores

@@ -23,20 +23,6 @@ constexpr DType kWeightDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFl
 constexpr WeightScaling kWeightScalings[] = {WeightScaling::k1x32, WeightScaling::k32x32};
 constexpr ScaleRounding kRules[] = {ScaleRounding::kRceil, ScaleRounding::kFloor};
 
-inline const char* dtype_name(DType d) {
-  switch (d) {
-    case DType::kBFloat16:
-      return "bf16";
-    case DType::kFloat16:
-      return "fp16";
-    case DType::kFloat32:
-      return "fp32";
-  }
-  return "?";
-}
-inline const char* scaling_name(WeightScaling s) {
-  return s == WeightScaling::k32x32 ? "32x32" : "1x32";
-}
 inline int dtype_index(DType d) { return static_cast<int>(d); }
 
 struct WeightShape {
@@ -387,6 +373,6 @@ inline ::testing::AssertionResult same_weight_outputs(const WeightOutputs& got,
 }  // namespace mxq::test
 
 namespace mxq {
-inline void PrintTo(DType d, std::ostream* os) { *os << test::dtype_name(d); }
-inline void PrintTo(WeightScaling s, std::ostream* os) { *os << test::scaling_name(s); }
+inline void PrintTo(DType d, std::ostream* os) { *os << to_string(d); }
+inline void PrintTo(WeightScaling s, std::ostream* os) { *os << to_string(s); }
 }  // namespace mxq

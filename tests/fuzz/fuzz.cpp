@@ -94,9 +94,6 @@ const char* path_name(Path p) {
   }
   return "?";
 }
-const char* dtype_name(DType t) {
-  return t == DType::kBFloat16 ? "bf16" : t == DType::kFloat16 ? "fp16" : "fp32";
-}
 
 struct Case {
   uint64_t seed = 0;
@@ -117,11 +114,11 @@ struct Case {
   std::string describe() const {
     if (path == Path::kWeight) {
       const char* axes = row && col ? "both" : row ? "rowwise" : "colwise";
-      return std::string(path_name(path)) + " " + dtype_name(dtype) + " " + mxq::to_string(rule) +
+      return std::string(path_name(path)) + " " + to_string(dtype) + " " + mxq::to_string(rule) +
              " " + mxq::to_string(scaling) + " " + axes + " G=" + std::to_string(experts) +
              " N=" + std::to_string(M) + " K=" + std::to_string(K);
     }
-    std::string s = std::string(path_name(path)) + " " + dtype_name(dtype) + " " +
+    std::string s = std::string(path_name(path)) + " " + to_string(dtype) + " " +
                     mxq::to_string(rule) + " " + std::to_string(M) + "x" + std::to_string(K);
     if (tile_rows != 0) s += " tile rows " + std::to_string(tile_rows);
     if (!offs.empty()) {
