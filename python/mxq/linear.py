@@ -172,6 +172,21 @@ def dual_quantize(t: Tensor, backend: str, scaling_mode: str, offs: Tensor | Non
     return op(t, BLOCK, scaling_mode, offs)
 
 
+class MXFP8Options:
+    """What the MXFP8 layers (:class:`MXFP8Linear`, :class:`mxq.MXFP8GroupedExperts`) share: their options are the
+    attributes named in ``OPTIONS``, set by the constructor (after :func:`check_options`) and read at every call."""
+
+    OPTIONS = ("weight_scaling", "activation_quantization_backend", "x_colwise", "scaling_mode", "gemm")
+
+    def config(self) -> dict:
+        """The MXFP8 options of this layer, as keyword arguments of the constructor."""
+        return {name: getattr(self, name) for name in self.OPTIONS}
+
+    def extra_repr(self) -> str:
+        opts = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{super().extra_repr()}, {opts}"
+
+
 class _MXFP8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, w_operands, backend, x_colwise, scaling_mode, weight_scaling, gemm):
@@ -256,7 +271,7 @@ def mxfp8_linear(
     return y.reshape(*lead, N)
 
 
-class MXFP8Linear(nn.Linear):
+class MXFP8Linear(MXFP8Options, nn.Linear):
     """Drop-in nn.Linear whose three GEMMs run on MXFP8 operands quantized by mxq (see the module docstring).
 
     Inputs and weights are cast to bf16 for quantization (fp32 master weights keep their dtype; the cast is part of
@@ -287,16 +302,6 @@ class MXFP8Linear(nn.Linear):
         self.x_colwise = x_colwise
         self.scaling_mode = scaling_mode
         self.gemm = gemm
-
-    def config(self) -> dict:
-        """The MXFP8 options of this layer, as keyword arguments of the constructor."""
-        return {
-            "weight_scaling": self.weight_scaling,
-            "activation_quantization_backend": self.activation_quantization_backend,
-            "x_colwise": self.x_colwise,
-            "scaling_mode": self.scaling_mode,
-            "gemm": self.gemm,
-        }
 
     @classmethod
     def from_linear(cls, linear: nn.Linear, *, share_parameters: bool = False, **kwargs) -> MXFP8Linear:
@@ -331,7 +336,3 @@ class MXFP8Linear(nn.Linear):
                 f"{BLOCK}, got {M} for input shape {tuple(x.shape)}; pad the batch (mxq pads nothing itself)"
             )
         return mxfp8_linear(x, self.weight, self.bias, **self.config())
-
-    def extra_repr(self) -> str:
-        opts = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
-        return f"{super().extra_repr()}, {opts}"

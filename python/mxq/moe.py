@@ -48,6 +48,7 @@ from torch import Tensor, nn
 
 from .linear import (
     BLOCK,
+    MXFP8Options,
     check_choice,
     check_multiple_of_32,
     check_options,
@@ -360,7 +361,7 @@ class GroupedExperts(nn.Module):
         )
 
 
-class MXFP8GroupedExperts(GroupedExperts):
+class MXFP8GroupedExperts(MXFP8Options, GroupedExperts):
     """:class:`GroupedExperts` whose grouped GEMMs (forward, dgrad, wgrad) run on MXFP8 operands through
     :func:`grouped_mm`. dim and hidden_dim must be multiples of 32 (ValueError here), and so must every group size
     and the token count at every call.
@@ -396,15 +397,6 @@ class MXFP8GroupedExperts(GroupedExperts):
         self.scaling_mode = scaling_mode
         self.gemm = gemm
 
-    def config(self) -> dict:
-        return {
-            "weight_scaling": self.weight_scaling,
-            "activation_quantization_backend": self.activation_quantization_backend,
-            "x_colwise": self.x_colwise,
-            "scaling_mode": self.scaling_mode,
-            "gemm": self.gemm,
-        }
-
     @classmethod
     def from_experts(cls, experts: nn.Module, *, share_parameters: bool = False, **kwargs) -> MXFP8GroupedExperts:
         """An MXFP8GroupedExperts holding ``experts``' parameters (any module with the expert-module interface):
@@ -435,10 +427,6 @@ class MXFP8GroupedExperts(GroupedExperts):
 
     def _mm(self, x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
         return grouped_mm(x, w, offs, **self.config())
-
-    def extra_repr(self) -> str:
-        opts = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
-        return f"{super().extra_repr()}, {opts}"
 
 
 def expert_dims(experts: nn.Module) -> tuple[int, int, int]:

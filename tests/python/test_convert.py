@@ -116,6 +116,31 @@ def test_include_exclude_patterns_and_options():
     assert "proj" in _names(again.converted) and "block.experts" in _names(again.converted)
 
 
+def test_converted_layers_carry_every_option():
+    """Every option of convert reaches every new module: config() returns them (as constructor keywords that build
+    an equal layer) and the repr shows them after the original module's own fields."""
+    net = _Net()
+    common = {
+        "weight_scaling": "1x32",
+        "activation_quantization_backend": "composed",
+        "x_colwise": "quantized",
+        "scaling_mode": "floor",
+    }
+    mxq.nn.convert(net, **common, gemm="emulated", grouped_gemm="emulated")
+    lin, experts = net.head, net.block["experts"]
+    assert lin.config() == {**common, "gemm": "emulated"} == experts.config()
+    assert MXFP8Linear(64, 32, **lin.config()).config() == lin.config()
+    assert MXFP8GroupedExperts(4, 64, 64, **experts.config()).config() == experts.config()
+    options = ", ".join(f"{k}={v!r}" for k, v in lin.config().items())
+    assert (
+        repr(lin)
+        == f"MXFP8Linear(in_features={lin.in_features}, out_features={lin.out_features}, bias=True, {options})"
+    )
+    assert repr(experts).startswith("MXFP8GroupedExperts(kind='swiglu', num_experts=") and repr(experts).endswith(
+        f"{options})"
+    )
+
+
 def test_shared_module_is_replaced_under_every_name():
     lin = nn.Linear(64, 64)
     net = nn.Sequential(lin, nn.ReLU(), lin)
