@@ -4,7 +4,7 @@
     python examples/train_moe.py --steps 500 --device cuda --out-dir /tmp/moe --seed 1
     python examples/train_moe.py --tiny --steps 5 --device cpu   # the smoke-test config (seconds on a CPU)
 
-The model: token + position embeddings, ``--layers`` pre-norm transformer blocks (causal attention, then a
+The model: token + position embeddings, ``Config.layers`` pre-norm transformer blocks (causal attention, then a
 feed-forward that is dense — Linear, GELU, Linear — in even blocks and a mixture of experts in odd ones), a final
 norm and an LM head. A MoE feed-forward has a router (nn.Linear to the expert count, softmax, top-k, renormalized
 gate weights, a Switch-style load-balancing loss) and a dispatcher written here: the (token, choice) pairs are sorted
@@ -12,7 +12,7 @@ by expert, each expert's group is padded to a multiple of 32 rows, the buffer is
 sync), and the experts (mxq.GroupedExperts, SwiGLU, the expert-module interface of docs/training.md) run on it
 with the group end offsets; the outputs are gathered back and combined with the gate weights.
 
-The data: a synthetic language the example generates — each sequence draws one of ``--topics`` hidden topics, and
+The data: a synthetic language the example generates — each sequence draws one of ``Config.topics`` hidden topics, and
 every topic is a sparse random Markov chain over the vocabulary (each token has a few likely successors). The
 model must learn the transition tables and infer the topic from the context; the loss falls from ln(vocab) (chance)
 towards the chain's entropy. Both runs see the same batches in the same order and start from the same weights

@@ -41,7 +41,7 @@ venv() {
   python -m pip install -q --disable-pip-version-check "$@"
 }
 
-# ctest lists every test; without a GPU ~500 of them are GPU tests that skip. Passed and skipped tests are
+# ctest lists every test; without a GPU ~2,200 of them are GPU tests that skip. Passed and skipped tests are
 # counted instead of listed; failures, their output and ctest's summary are printed as ctest writes them.
 phase_cpp() {
   cmake --preset release && cmake --build --preset release || return 1
