@@ -42,6 +42,8 @@ import torch
 from torch import Tensor, nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from .ops import check_type
+
 _ops = torch.ops.mxq
 BLOCK = 32
 BACKENDS = ("fused", "composed")
@@ -62,6 +64,8 @@ def native_mx_gemm(device: torch.device) -> bool:
 
 
 def check_choice(owner: str, name: str, value, choices) -> None:
+    """TypeError for a value that is not a str, ValueError for a str outside ``choices``."""
+    check_type(owner, name, value, str)
     if value not in choices:
         quoted = [f'"{c}"' for c in choices]
         listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
@@ -84,6 +88,24 @@ def check_options(
     check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
     check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
     check_choice(owner, "gemm", gemm, gemms)
+
+
+def check_float_tensor(owner: str, name: str, t) -> None:
+    """TypeError unless ``t`` is a floating-point Tensor (the layers cast it to bf16; an integer, bool or complex
+    tensor is a mistake, not something to cast)."""
+    check_type(owner, name, t, Tensor)
+    if not t.is_floating_point():
+        raise TypeError(f"{owner}: {name} must be a floating-point tensor, got {t.dtype}")
+
+
+def check_native_gemm(owner: str, gemm: str, forced: str, device: torch.device) -> None:
+    """RuntimeError when ``gemm`` forces the native MX GEMM (``forced``) on a device that has none: a missing
+    capability, said up front instead of torch's error from inside the GEMM."""
+    if gemm == forced and not native_mx_gemm(device):
+        raise RuntimeError(
+            f'{owner}: gemm="{forced}" needs a CUDA device of compute capability 10.0 or above (MXFP8 GEMMs), got '
+            f'{device}; gemm="auto" picks the emulated GEMM there'
+        )
 
 
 def check_multiple_of_32(owner: str, name: str, value: int, hint: str = "") -> None:
@@ -239,9 +261,15 @@ def mxfp8_linear(
     """Functional MXFP8 linear: bf16 ``x Wᵀ + b`` for x (..., K) and weight (N, K); see the module docstring.
 
     Raises ValueError when K, N or the token count (the product of x's leading dims) is not a multiple of 32,
-    when x's last dim is not the weight's K, or for an option outside its choices."""
+    when x's last dim is not the weight's K, for a bias not of shape (N,), tensors on different devices, or an
+    option outside its choices; TypeError for an argument that is not a floating-point tensor (or an option not a
+    str); RuntimeError for ``gemm="scaled_mm"`` on a device without MXFP8 GEMMs."""
     owner = "mxq.mxfp8_linear"
     check_options(owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm)
+    check_float_tensor(owner, "x", x)
+    check_float_tensor(owner, "weight", weight)
+    if bias is not None:
+        check_float_tensor(owner, "bias", bias)
     if weight.dim() != 2:
         raise ValueError(f"{owner}: weight must be 2-D (N, K), got shape {tuple(weight.shape)}")
     N, K = weight.shape
@@ -254,6 +282,14 @@ def mxfp8_linear(
     )
     check_multiple_of_32(owner, "in_features (K)", K)
     check_multiple_of_32(owner, "out_features (N)", N)
+    if bias is not None and tuple(bias.shape) != (N,):
+        raise ValueError(
+            f"{owner}: bias must have shape ({N},) for a weight of shape {(N, K)}, got {tuple(bias.shape)}"
+        )
+    devices = [t.device for t in (x, weight, bias) if t is not None]
+    if any(d != x.device for d in devices):
+        raise ValueError(f"{owner}: x, weight and bias must be on one device, got {', '.join(map(str, devices))}")
+    check_native_gemm(owner, gemm, "scaled_mm", x.device)
     x2 = x.reshape(M, K).to(torch.bfloat16).contiguous()
     w = weight.to(torch.bfloat16).contiguous()
     y = _MXFP8LinearFunction.apply(
@@ -327,6 +363,7 @@ class MXFP8Linear(MXFP8Options, nn.Linear):
         return m
 
     def forward(self, x: Tensor) -> Tensor:
+        check_float_tensor("MXFP8Linear", "input", x)
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"MXFP8Linear: input must have shape (..., {self.in_features}), got {tuple(x.shape)}")
         M = math.prod(x.shape[:-1])

@@ -50,7 +50,9 @@ from .linear import (
     BLOCK,
     MXFP8Options,
     check_choice,
+    check_float_tensor,
     check_multiple_of_32,
+    check_native_gemm,
     check_options,
     dual_quantize,
     layer_weight_operands,
@@ -58,6 +60,7 @@ from .linear import (
     round_up,
     weight_operands,
 )
+from .ops import check_type
 
 _ops = torch.ops.mxq
 GROUPED_GEMMS = ("auto", "emulated", "scaled_grouped_mm")
@@ -236,13 +239,17 @@ class _MXFP8GroupedMM(torch.autograd.Function):
 
 
 def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
+    check_float_tensor(owner, "x", x)
+    check_float_tensor(owner, "w", w)
+    check_type(owner, "offs", offs, Tensor)
+    if offs.dtype != torch.int32:
+        raise TypeError(f"{owner}: offs must be int32, got {offs.dtype}")
     if x.dim() != 2:
         raise ValueError(f"{owner}: x must be 2-D (M, K) tokens sorted by expert, got shape {tuple(x.shape)}")
     if w.dim() != 3:
         raise ValueError(f"{owner}: w must be 3-D (G, N, K) expert weights, got shape {tuple(w.shape)}")
-    if not isinstance(offs, Tensor) or offs.dtype != torch.int32 or offs.dim() != 1:
-        what = f"{offs.dtype} tensor of shape {tuple(offs.shape)}" if isinstance(offs, Tensor) else type(offs).__name__
-        raise ValueError(f"{owner}: offs must be a 1-D int32 tensor of G cumulative group ends, got a {what}")
+    if offs.dim() != 1:
+        raise ValueError(f"{owner}: offs must be 1-D (G cumulative group ends), got shape {tuple(offs.shape)}")
     G, N, K = w.shape
     if offs.shape[0] != G or G == 0:
         raise ValueError(f"{owner}: offs must hold one end offset per expert (G = {G}), got {offs.shape[0]}")
@@ -253,6 +260,13 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
     check_multiple_of_32(owner, "the token count M", x.shape[0], f" for x of shape {tuple(x.shape)}")
     check_multiple_of_32(owner, "K", K)
     check_multiple_of_32(owner, "N", N)
+    if offs.device.type == "cpu" and not torch.compiler.is_compiling():
+        # The offsets are on the host: check them here, under this op's name (on the GPU the kernels clamp a
+        # malformed offs; mxq.validate_offs is the synchronizing checker).
+        try:
+            _ops.validate_offs(offs, x.shape[0])
+        except ValueError as e:
+            raise ValueError(f"{owner}: {str(e).split(': ', 1)[-1]}") from None
 
 
 def grouped_mm(
@@ -279,10 +293,13 @@ def grouped_mm(
 
     offs is read on the device (no sync) except by the per-group fallback. A malformed offs raises ValueError on the
     CPU; on the GPU the quantize kernels clamp it (call :func:`mxq.validate_offs` first for an exception).
-    Raises ValueError for a bad shape, dtype of offs, option or device mix."""
+    Raises ValueError for a bad shape, option value or device mix; TypeError for x or w not a floating-point tensor,
+    offs not an int32 tensor, or an option not a str; RuntimeError for ``gemm="scaled_grouped_mm"`` on a device
+    without MXFP8 GEMMs."""
     owner = "mxq.grouped_mm"
     _check_grouped_args(owner, x, w, offs)
     check_options(owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm, GROUPED_GEMMS)
+    check_native_gemm(owner, gemm, "scaled_grouped_mm", x.device)
     path = grouped_gemm_path(x.device, gemm)
     x = x.to(torch.bfloat16).contiguous()
     w_bf16 = w.to(torch.bfloat16).contiguous()

@@ -12,7 +12,8 @@ Layouts (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, M an
 
 Every op runs on the current CUDA stream without synchronizing, allocates with the caching allocator (CUDA-graph
 capturable) and works under torch.compile(fullgraph=True). The CPU dispatch of each op is the bit-exact C++
-reference. Wrong dtypes raise TypeError, bad values ValueError, wrong devices and core errors RuntimeError.
+reference. Wrong types and dtypes raise TypeError, bad values and device mixes ValueError, a missing capability or
+a CUDA failure RuntimeError (docs/numerics.md §9).
 """
 
 from __future__ import annotations
@@ -34,6 +35,16 @@ _quantize_weight = _ops.quantize_weight.default
 
 BACKENDS = ("fused", "composed")
 WEIGHT_SCALINGS = ("1x32", "32x32")
+
+
+_KIND_NAMES = {Tensor: "a torch.Tensor", bool: "a bool", str: "a str", int: "an int"}
+
+
+def check_type(op: str, name: str, value, kind: type) -> None:
+    """TypeError naming the op and the argument when ``value`` is not a ``kind`` (Tensor, bool, str, int): the ops'
+    schemas would otherwise answer with a RuntimeError, and a flag would be read as Python truthiness."""
+    if not isinstance(value, kind):
+        raise TypeError(f"{op}: {name} must be {_KIND_NAMES[kind]}, got {type(value).__name__}")
 
 
 class MXTensors(NamedTuple):
@@ -73,11 +84,28 @@ def quantize(
     are None. This is the cheapest eager call: no allocation (docs/performance.md, "Eager cost"). Under
     torch.compile the call is traced as the allocating op and copies into ``out`` (inductor plans the buffers; it
     cannot lower a mutable op on float8_e8m0fnu tensors); on CPU tensors, torch 2.11's inductor cannot generate the
-    copy into the e8m0 scales either, so compile CPU code with ``backend="aot_eager"`` there.
+    copy into the e8m0 scales either, so compile CPU code with ``backend="aot_eager"`` there. A traced call checks
+    each output's dtype, shape, strides and device, but not overlaps: traced tensors have no addresses.
+
+    Raises TypeError for an argument of the wrong type (x or offs not a Tensor, a flag not a bool, a string option
+    not a str) or dtype, ValueError for a bad value.
     """
+    op = "mxq.quantize"
+    check_type(op, "x", x, Tensor)
+    check_type(op, "rowwise", rowwise, bool)
+    check_type(op, "colwise", colwise, bool)
+    check_type(op, "scaling_mode", scaling_mode, str)
+    check_type(op, "backend", backend, str)
+    if offs is not None:
+        check_type(op, "offs", offs, Tensor)
     if out is not None:
         if backend != "fused":
             raise ValueError(f'mxq.quantize: out needs backend="fused", got {backend!r}')
+        if not isinstance(out, tuple) or len(out) != 4:
+            raise TypeError(
+                f"mxq.quantize: out must be an MXTensors (q_row, s_row, q_col, s_col), got {type(out).__name__}"
+                + (f" of {len(out)} entries" if isinstance(out, tuple) else "")
+            )
         q_row, s_row, q_col, s_col = out
         if (q_row is not None or s_row is not None) != rowwise or (q_col is not None or s_col is not None) != colwise:
             given = [name for name, t in zip(MXTensors._fields, out) if t is not None]
@@ -93,10 +121,15 @@ def quantize(
             MXTensors._fields, out, quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs)
         ):
             if dst is not None:
-                if (dst.dtype, dst.shape, dst.stride()) != (src.dtype, src.shape, src.stride()):
+                # The eager op's checks (torch_ext/ops.cpp check_output), on the traced tensors.
+                if dst.dtype != src.dtype:
+                    raise TypeError(f"mxq.quantize: {name} must be {src.dtype}, got {dst.dtype}")
+                if dst.device != x.device:
+                    raise ValueError(f"mxq.quantize: {name} must be on x's device ({x.device}), got {dst.device}")
+                if (dst.shape, dst.stride()) != (src.shape, src.stride()):
                     raise ValueError(
-                        f"mxq.quantize: {name} must be {src.dtype} of shape {list(src.shape)}, strides {src.stride()}, "
-                        f"got {dst.dtype} of shape {list(dst.shape)}, strides {dst.stride()}"
+                        f"mxq.quantize: {name} must have shape {list(src.shape)} and strides {src.stride()}, "
+                        f"got shape {list(dst.shape)}, strides {dst.stride()}"
                     )
                 dst.copy_(src)
         return out
@@ -124,6 +157,7 @@ def empty_quantized(x: Tensor, *, rowwise: bool = True, colwise: bool = True, of
     """Uninitialized outputs for ``quantize(x, rowwise=..., colwise=..., offs=..., out=...)``: the dtypes, shapes and
     strides that quantize returns (from the op's Meta impl, so from include/mxq/layout.h), on x's device. They fit
     every x of the same shape and group count."""
+    check_type("mxq.empty_quantized", "x", x, Tensor)
     shapes = quantize(x.to("meta"), rowwise=rowwise, colwise=colwise, offs=None if offs is None else offs.to("meta"))
     return MXTensors(
         *(
@@ -139,17 +173,35 @@ def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None, *, layout:
     ``layout``: ``"blocked"`` (no offs), ``"m_groups"`` (rowwise data of grouped mode: rows are tokens, scales as
     s_row) or ``"k_groups"`` (colwise data, q_col.t(): cols are tokens, scales as s_col; tail tokens give 0). Each
     element is bf16(e4m3(q) * 2^(s - 127)), the fp32 product rounded once; scale 255 gives NaN."""
+    _check_dequantize_args("mxq.dequantize", ("q", q), ("scales", scales), offs)
+    check_type("mxq.dequantize", "layout", layout, str)
     return _dequantize(q, scales, offs, layout)
+
+
+def _check_dequantize_args(op: str, q: tuple[str, object], scales: tuple[str, object], offs) -> None:
+    check_type(op, *q, Tensor)
+    check_type(op, *scales, Tensor)
+    if offs is not None:
+        check_type(op, "offs", offs, Tensor)
 
 
 def dequantize_rowwise(q_row: Tensor, s_row: Tensor, offs: Tensor | None = None) -> Tensor:
     """The bf16 (M, K) tensor that (q_row, s_row) encode; pass the quantization's ``offs`` for grouped s_row."""
+    _check_dequantize_args("mxq.dequantize_rowwise", ("q_row", q_row), ("s_row", s_row), offs)
     return _dequantize(q_row, s_row, offs, "blocked" if offs is None else "m_groups")
 
 
 def dequantize_colwise(q_col: Tensor, s_col: Tensor, offs: Tensor | None = None) -> Tensor:
     """The bf16 (M, K) tensor that (q_col, s_col) encode, as a (1, M)-strided view like q_col; pass the
     quantization's ``offs`` for grouped s_col (tail tokens give 0)."""
+    op = "mxq.dequantize_colwise"
+    _check_dequantize_args(op, ("q_col", q_col), ("s_col", s_col), offs)
+    # q_col.t() must be the contiguous (K, M) array; the op would name q and the strides of the transpose.
+    if q_col.dim() == 2 and not q_col.t().is_contiguous():
+        raise ValueError(
+            f"{op}: q_col must have strides (1, M) as quantize returns it (q_col.t() contiguous), got strides "
+            f"{q_col.stride()} for shape {list(q_col.shape)}"
+        )
     return _dequantize(q_col.t(), s_col, offs, "blocked" if offs is None else "k_groups").t()
 
 
@@ -160,8 +212,8 @@ def validate_offs(offs: Tensor, M: int) -> None:
     Raises TypeError/ValueError naming the first bad entry: offs must be a 1-D int32 tensor of 1..1024 cumulative
     end offsets, non-decreasing, non-negative, at most M, each a multiple of 32.
     """
-    if not isinstance(offs, Tensor):
-        raise TypeError(f"mxq.validate_offs: offs must be a torch.Tensor, got {type(offs).__name__}")
+    check_type("mxq.validate_offs", "offs", offs, Tensor)
+    check_type("mxq.validate_offs", "M", M, int)
     _ops.validate_offs(offs, M)
 
 
@@ -196,6 +248,12 @@ def quantize_weight(
     (contraction over N); both are column-major in their last two dimensions. (The op itself returns empty tensors
     for a skipped axis; this wrapper returns None.)
     """
+    op = "mxq.quantize_weight"
+    check_type(op, "w", w, Tensor)
+    check_type(op, "scaling_mode", scaling_mode, str)
+    check_type(op, "weight_scaling", weight_scaling, str)
+    check_type(op, "rowwise", rowwise, bool)
+    check_type(op, "colwise", colwise, bool)
     q_row, s_row, q_col, s_col = _quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
     return MXTensors(
         q_row if rowwise else None, s_row if rowwise else None, q_col if colwise else None, s_col if colwise else None

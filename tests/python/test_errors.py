@@ -208,6 +208,54 @@ def test_quantize_wrapper_arguments():
         mxq.quantize(x, rowwise=False, colwise=False)
 
 
+def test_wrapper_argument_types():
+    """An argument of the wrong Python type is a TypeError naming the function and the argument, on every wrapper
+    (before: a RuntimeError from the op's schema, an AttributeError, or, for the flags, Python truthiness, so
+    rowwise="no" quantized both axes)."""
+    x = _x("cpu")
+    t = mxq.quantize(x)
+    cases = [
+        ("mxq.quantize: x must be a torch.Tensor, got list", lambda: mxq.quantize(x.tolist())),
+        ("mxq.quantize: rowwise must be a bool, got str", lambda: mxq.quantize(x, rowwise="no")),
+        ("mxq.quantize: colwise must be a bool, got int", lambda: mxq.quantize(x, colwise=0)),
+        ("mxq.quantize: scaling_mode must be a str, got NoneType", lambda: mxq.quantize(x, scaling_mode=None)),
+        ("mxq.quantize: backend must be a str, got NoneType", lambda: mxq.quantize(x, backend=None)),
+        ("mxq.quantize: offs must be a torch.Tensor, got list", lambda: mxq.quantize(x, offs=[128, 256])),
+        (
+            "mxq.quantize: out must be an MXTensors (q_row, s_row, q_col, s_col), got tuple of 3 entries",
+            lambda: mxq.quantize(x, out=(None,) * 3),
+        ),
+        ("mxq.empty_quantized: x must be a torch.Tensor, got NoneType", lambda: mxq.empty_quantized(None)),
+        ("mxq.quantize_weight: w must be a torch.Tensor, got NoneType", lambda: mxq.quantize_weight(None)),
+        ("mxq.quantize_weight: rowwise must be a bool, got str", lambda: mxq.quantize_weight(x, rowwise="no")),
+        (
+            "mxq.quantize_weight: weight_scaling must be a str, got int",
+            lambda: mxq.quantize_weight(x, weight_scaling=32),
+        ),
+        ("mxq.dequantize: q must be a torch.Tensor, got NoneType", lambda: mxq.dequantize(None, t.s_row)),
+        ("mxq.dequantize: layout must be a str, got NoneType", lambda: mxq.dequantize(t.q_row, t.s_row, layout=None)),
+        ("mxq.dequantize_rowwise: s_row must be a torch.Tensor, got int", lambda: mxq.dequantize_rowwise(t.q_row, 0)),
+        ("mxq.dequantize_colwise: q_col must be a torch.Tensor, got list", lambda: mxq.dequantize_colwise([], t.s_col)),
+        ("mxq.validate_offs: offs must be a torch.Tensor, got list", lambda: mxq.validate_offs([128], 256)),
+        ("mxq.validate_offs: M must be an int, got str", lambda: mxq.validate_offs(_offs("cpu"), "256")),
+    ]
+    for text, call in cases:
+        with pytest.raises(TypeError, match="^" + re.escape(text) + "$"):
+            call()
+
+
+def test_dequantize_colwise_names_its_own_argument():
+    """A row-major q_col (not the (1, M)-strided tensor quantize returns): the message names q_col and its own
+    strides, not the op's q and the strides of the wrapper's transpose."""
+    t = mxq.quantize(_x("cpu", 256, 128))
+    with _raises(
+        ValueError,
+        "mxq.dequantize_colwise: q_col must have strides (1, M) as quantize returns it "
+        "(q_col.t() contiguous), got strides (128, 1) for shape [256, 128]",
+    ):
+        mxq.dequantize_colwise(t.q_col.contiguous(), t.s_col)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_validate_offs_messages(device):
     M = 512

@@ -310,6 +310,39 @@ def test_call_errors():
         mxq.mxfp8_linear(torch.randn(32, 64), torch.randn(2, 32, 64))
 
 
+def test_argument_type_bias_device_and_capability_errors():
+    """What F.linear refuses, mxfp8_linear refuses too (it used to cast integer inputs to bf16, broadcast any bias
+    and mix devices), each with the class of docs/numerics.md §9; a forced native GEMM on a device without one is
+    a RuntimeError up front."""
+    x, w, b = torch.randn(32, 64), torch.randn(32, 64), torch.randn(32)
+    f = mxq.mxfp8_linear
+    cases = [
+        (TypeError, "x must be a floating-point tensor, got torch.int32", lambda: f(x.int(), w)),
+        (TypeError, "weight must be a floating-point tensor, got torch.bool", lambda: f(x, w > 0)),
+        (TypeError, "bias must be a floating-point tensor, got torch.int64", lambda: f(x, w, b.long())),
+        (TypeError, "x must be a torch.Tensor, got list", lambda: f(x.tolist(), w)),
+        (TypeError, "scaling_mode must be a str, got NoneType", lambda: f(x, w, scaling_mode=None)),
+        (
+            ValueError,
+            r"bias must have shape \(32,\) for a weight of shape \(32, 64\), got \(1,\)",
+            lambda: f(x, w, b[:1]),
+        ),
+        (ValueError, r"bias must have shape \(32,\) .*, got \(32, 32\)", lambda: f(x, w, torch.randn(32, 32))),
+        (ValueError, "x, weight and bias must be on one device, got meta, cpu", lambda: f(x.to("meta"), w)),
+        (ValueError, "x, weight and bias must be on one device, got cpu, cpu, meta", lambda: f(x, w, b.to("meta"))),
+        (
+            RuntimeError,
+            'gemm="scaled_mm" needs a CUDA device of compute capability 10.0',
+            lambda: f(x, w, gemm="scaled_mm"),
+        ),
+    ]
+    for cls, message, call in cases:
+        with pytest.raises(cls, match=f"^mxq.mxfp8_linear: {message}"):
+            call()
+    with pytest.raises(TypeError, match="^MXFP8Linear: input must be a floating-point tensor, got torch.int32$"):
+        MXFP8Linear(64, 32)(x.int())
+
+
 @pytest.mark.parametrize(
     "option, value",
     [

@@ -304,10 +304,18 @@ def test_errors():
         grouped_mm(x.view(2, 64, 64), w, offs)
     with pytest.raises(ValueError, match=r"mxq.grouped_mm: w must be 3-D \(G, N, K\)"):
         grouped_mm(x, w[0], offs)
-    with pytest.raises(
-        ValueError, match="offs must be a 1-D int32 tensor of G cumulative group ends, got a torch.int64"
-    ):
+    with pytest.raises(TypeError, match="^mxq.grouped_mm: offs must be int32, got torch.int64$"):
         grouped_mm(x, w, offs.long())
+    with pytest.raises(TypeError, match="^mxq.grouped_mm: offs must be a torch.Tensor, got list$"):
+        grouped_mm(x, w, [32, 64, 64, 96])
+    with pytest.raises(TypeError, match="^mxq.grouped_mm: x must be a floating-point tensor, got torch.int32$"):
+        grouped_mm(x.int(), w, offs)
+    with pytest.raises(TypeError, match="^mxq.bf16_grouped_mm: w must be a floating-point tensor, got torch.bool$"):
+        mxq.bf16_grouped_mm(x, w > 0, offs)
+    with pytest.raises(TypeError, match="^mxq.grouped_mm: scaling_mode must be a str, got NoneType$"):
+        grouped_mm(x, w, offs, scaling_mode=None)
+    with pytest.raises(RuntimeError, match='^mxq.grouped_mm: gemm="scaled_grouped_mm" needs a CUDA device of'):
+        grouped_mm(x, w, offs, gemm="scaled_grouped_mm")
     with pytest.raises(ValueError, match=r"offs must hold one end offset per expert \(G = 4\), got 3"):
         grouped_mm(x, w, offs[:3])
     with pytest.raises(ValueError, match="must share K"):
@@ -322,9 +330,16 @@ def test_errors():
         grouped_mm(x, w, offs, activation_quantization_backend="triton")
     with pytest.raises(ValueError, match='gemm must be "auto", "emulated" or "scaled_grouped_mm"'):
         grouped_mm(x, w, offs, gemm="cutlass")
-    # A malformed offs on the CPU dispatch: the reference's own message (a group size not a multiple of 32).
-    with pytest.raises(ValueError, match=r"offs\[1\]"):
-        grouped_mm(x, w, torch.tensor([32, 48, 64, 96], dtype=torch.int32))
+    # A malformed offs on the CPU: the library's checker's message, under the op the user called; the bf16
+    # reference checks it too (it used to return a result for any offs).
+    for bad, rule in (
+        ([32, 48, 64, 96], r"offs\[1\]=48 is not a multiple of 32"),
+        ([32, 64, 64, 160], r"offs\[3\]=160 exceeds M=128"),
+        ([64, 32, 64, 96], r"offs must be non-decreasing"),
+    ):
+        for fn, name in ((grouped_mm, "grouped_mm"), (mxq.bf16_grouped_mm, "bf16_grouped_mm")):
+            with pytest.raises(ValueError, match=f"^mxq.{name}: {rule}"):
+                fn(x, w, torch.tensor(bad, dtype=torch.int32))
     with pytest.raises(ValueError, match="MXFP8GroupedExperts: dim must be a multiple of 32, got 100"):
         MXFP8GroupedExperts(4, 100, 64)
     with pytest.raises(ValueError, match="MXFP8GroupedExperts: hidden_dim must be a multiple of 32, got 40"):

@@ -244,6 +244,29 @@ def test_compile_fullgraph(device, dynamic):
         assert _bytes_equal(bufs, mxq.quantize(x, offs=offs)), f"{M}x{K}"
 
 
+def test_compiled_out_checks_dtype_and_device():
+    """The traced call (allocating op + copies) checks each output as the eager op does: a wrong dtype is a
+    TypeError, an output on another device a ValueError (copy_ would move the bytes there silently)."""
+    torch._dynamo.reset()
+    x, _ = _inputs("cpu", specials=False)
+    compiled = torch.compile(lambda x, bufs: mxq.quantize(x, out=bufs), fullgraph=True, backend="aot_eager")
+    bufs = mxq.empty_quantized(x)
+    wrong = [
+        (
+            bufs._replace(q_row=bufs.q_row.view(torch.uint8)),
+            TypeError,
+            "q_row must be torch.float8_e4m3fn, got torch.uint8",
+        ),
+        (bufs._replace(s_col=bufs.s_col.to("meta")), ValueError, "s_col must be on x's device (cpu), got meta"),
+    ]
+    for out, cls, text in wrong:
+        with pytest.raises(Exception) as info:
+            compiled(x, out)
+        # Under fullgraph dynamo reports the traced function's exception inside its own (Unsupported), by repr.
+        message = str(info.value)
+        assert f"{cls.__name__}(" in message and f"mxq.quantize: {text}" in message, message
+
+
 @requires_cuda
 def test_cuda_graph_capture_and_replay():
     M, K = 1024, 512
