@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "mxq/numerics.h"
 
@@ -55,9 +56,17 @@ MXQ_HD constexpr int64_t blocked_offset(int64_t r, int64_t c, int64_t cols) {
          atom_offset(r, c);
 }
 
+// The size types the shape helpers below take: int64_t, or a symbolic size (c10::SymInt). An
+// integer narrower than 64 bits would compute every size in its own width and overflow silently
+// (q_row_shape(262144, 8192).bytes() is -2^31 in int), so it is refused at compile time.
+template <typename Int>
+constexpr bool is_shape_int_v = !std::is_integral_v<Int> || sizeof(Int) >= sizeof(int64_t);
+
 // A 2-D byte shape: the torch layer allocates exactly this, the C++ API sizes buffers with bytes().
 template <typename Int>
 struct Extent2d {
+  static_assert(is_shape_int_v<Int>,
+                "mxq shape helpers: pass int64_t sizes (an int computes them in 32 bits)");
   Int rows;
   Int cols;
   MXQ_HD constexpr Int bytes() const { return rows * cols; }

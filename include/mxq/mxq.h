@@ -107,7 +107,7 @@ struct DequantizeParams {
   const int32_t* offs = nullptr;  // the grouped layouts: G cumulative end offsets along the tokens
   int64_t num_groups = 0;
   void* out = nullptr;        // bf16 (rows, cols)
-  int32_t* status = nullptr;  // optional with offs
+  int32_t* status = nullptr;  // optional with offs: StatusBits on every call (an empty q too)
   cudaStream_t stream = nullptr;
 };
 

@@ -8,14 +8,13 @@
 #include "../kernels/launch.h"
 #include "check.h"
 #include "offs.h"
+#include "validate.h"
 
 namespace mxq {
 
 void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream) {
   detail::with_op("mxq::validate_offs", [&] {
-    MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "offs must hold 1 to ", kMaxGroups,
-              " group end offsets, got G=", num_groups);
-    MXQ_CHECK(offs_device != nullptr, "offs is null");
+    detail::validate_offs_args(offs_device, num_groups, M);
     std::vector<int32_t> offs(static_cast<size_t>(num_groups));
     MXQ_CHECK_CUDA(cudaMemcpyAsync(offs.data(), offs_device, offs.size() * sizeof(int32_t),
                                    cudaMemcpyDefault, stream));

@@ -62,6 +62,13 @@ void check_groups(const int32_t* offs, int64_t num_groups, const int32_t* status
 
 }  // namespace
 
+void validate_offs_args(const int32_t* offs, int64_t num_groups, int64_t M) {
+  check_dim("M", M);
+  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "offs must hold 1 to ", kMaxGroups,
+            " group end offsets, got G=", num_groups);
+  MXQ_CHECK(offs != nullptr, "offs is null");
+}
+
 bool nothing_to_write(const QuantizeParams& p) {
   if (p.M != 0 && p.K != 0) return false;
   return !(p.colwise() && s_col_shape(p.M, p.K, p.num_groups).bytes() > 0) &&
@@ -92,8 +99,9 @@ void validate(const QuantizeWeightParams& p) {
   MXQ_CHECK(p.G <= kMaxDim, "G must be at most 2^31-1, got ", p.G);
   check_dim("N", p.N);
   check_dim("K", p.K);
-  // Offsets are int64 element counts: G*N*K (N*K < 2^62 always) stays below 2^60.
-  MXQ_CHECK(p.N == 0 || p.K == 0 || p.G <= (int64_t(1) << 60) / (p.N * p.K),
+  // Offsets are int64 element counts: G*N*K (N*K < 2^62 always) stays below 2^60, i.e. at most
+  // 2^60 - 1 (G*NK <= 2^60 - 1 exactly when G <= floor((2^60 - 1) / NK)).
+  MXQ_CHECK(p.N == 0 || p.K == 0 || p.G <= ((int64_t(1) << 60) - 1) / (p.N * p.K),
             "G*N*K must be below 2^60 elements, got G=", p.G, ", N=", p.N, ", K=", p.K);
   check_dtype(p.dtype);
   check_rounding(p.rounding);

@@ -14,6 +14,10 @@ void validate(const DequantizeParams& p);
 // Expert weights (docs/numerics.md §11): N and K multiples of kDimAlign, G at least 1.
 void validate(const QuantizeWeightParams& p);
 
+// The arguments of mxq::validate_offs and validate_offs_host, before offs is read: M as the ops
+// check it, 1 to kMaxGroups groups, offs not null.
+void validate_offs_args(const int32_t* offs, int64_t num_groups, int64_t M);
+
 // True when the call has no output bytes at all (M or K is 0 and no K-groups slack to zero).
 bool nothing_to_write(const QuantizeParams& p);
 bool nothing_to_write(const QuantizeWeightParams& p);  // N or K is 0

@@ -170,6 +170,15 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
   }
 }
 
+// An empty grouped call (rows or cols 0): no tile, only the status word, written as the grouped
+// kernel's CTA 0 writes it.
+__global__ void __launch_bounds__(32)
+    dequantize_status_kernel(const int32_t* offs, int num_groups, int64_t tokens, int32_t* status) {
+  ptx::griddepcontrol_wait();
+  const int32_t bits = offs_status_warp(offs, num_groups, tokens);
+  if (threadIdx.x == 0) *status = bits;
+}
+
 }  // namespace mxq::kernels
 
 namespace mxq::detail {
@@ -184,6 +193,12 @@ void launch_dequantize(const DequantizeParams& p) {
                               static_cast<int>(p.num_groups),
                               static_cast<uint16_t*>(p.out),
                               p.status};
+  if (p.rows == 0 || p.cols == 0) {  // only a status word to write (api.cpp)
+    const int64_t tokens = p.layout == ScaleLayout::kMGroups ? p.rows : p.cols;
+    launch_dependent(dequantize_status_kernel, 1, 32, 0, p.stream, p.offs,
+                     static_cast<int>(p.num_groups), tokens, p.status);
+    return;
+  }
   const int64_t chunks = p.rows * (p.cols / DequantConfig::kChunk);
   const int64_t grid =
       p.layout == ScaleLayout::kBlocked

@@ -4,7 +4,8 @@
 // rules of the one params struct (a null data/scale pair skips that axis; half a pair, no axis at
 // all, or a status word without offs is refused; the composed path needs both axes) and the
 // empty-input rules: M = 0 dense launches nothing; M = 0 grouped still owns a zeroed s_col and the
-// status word, on every path that has them.
+// status word, on every path that has them; grouped dequantize of an empty q still writes the
+// status word.
 //
 // Pointer residency (a host pointer given to a GPU entry point) is not checked by mxq any more (it
 // cost microseconds per call; mxq.h), so no case here passes host memory.
@@ -397,6 +398,50 @@ TEST_F(GpuValidInput, ZeroFeatures) {
     SCOPED_TRACE(path_name(path));
     const HostOutputs got = dev.run(path, ScaleRounding::kRceil);
     EXPECT_EQ(got.status, 0) << "the status word was not written: " << describe_status(got.status);
+  }
+}
+
+// dequantize of an empty q (rows or cols 0), grouped: no output bytes, but the status word is still
+// written (mxq.h: on every call), as quantize's M = 0 and K = 0 calls write it, and it reports on
+// offs against the tokens (rows for M-groups, cols for K-groups). The zero-byte buffers are null, as
+// a framework passes them; nothing but the status word is touched.
+TEST_F(GpuValidInput, DequantizeEmptyWritesStatus) {
+  Stream stream;
+  const std::vector<int32_t> good = {0, 0}, bad = {128, 0};
+  GuardedBuffer d_offs("offs", good.size() * sizeof(int32_t));
+  GuardedBuffer status("status", sizeof(int32_t));
+  const std::pair<int64_t, int64_t> shapes[] = {{0, kK}, {kM, 0}, {0, 0}};
+  for (ScaleLayout layout : {ScaleLayout::kMGroups, ScaleLayout::kKGroups}) {
+    for (const auto& [rows, cols] : shapes) {
+      for (const std::vector<int32_t>* offs : {&good, &bad}) {
+        const int64_t tokens = layout == ScaleLayout::kMGroups ? rows : cols;
+        SCOPED_TRACE(std::string(layout == ScaleLayout::kMGroups ? "M-groups" : "K-groups") +
+                     " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) + " offs " +
+                     offs_to_string(*offs));
+        d_offs.upload(offs->data(), stream.get());
+        status.fill(kPoison, stream.get());
+        DequantizeParams p;
+        p.rows = rows;
+        p.cols = cols;
+        p.layout = layout;
+        p.offs = d_offs.as<int32_t>();
+        p.num_groups = int64_t(offs->size());
+        p.status = status.as<int32_t>();
+        p.stream = stream.get();
+        EXPECT_NO_THROW(dequantize(p));
+        MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
+        EXPECT_TRUE(d_offs.guards_intact(stream.get()));
+        EXPECT_TRUE(status.guards_intact(stream.get()));
+        EXPECT_TRUE(d_offs.holds(as_bytes(*offs), stream.get()));
+        int32_t word = 0;
+        const std::vector<uint8_t> s = status.download(stream.get());
+        std::memcpy(&word, s.data(), sizeof word);
+        const int32_t want =
+            offs == &good ? 0 : kOffsDecreasing | (128 > tokens ? int32_t(kOffsBeyondM) : 0);
+        EXPECT_EQ(word, want) << "got " << describe_status(word) << "; expected "
+                              << describe_status(want);
+      }
+    }
   }
 }
 

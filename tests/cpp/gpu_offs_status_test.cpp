@@ -264,6 +264,13 @@ TEST_F(GpuGoodOffs, ValidateOffsRejectsBadArguments) {
   expect_refusal([&] { validate_offs(nullptr, 2, kM, s); }, "mxq::validate_offs: offs is null");
   expect_refusal([&] { validate_offs(d, 2, 128, s); },
                  "mxq::validate_offs: offs[1]=256 exceeds M=128");
+  // M is checked as the ops check it, before offs is copied or read.
+  expect_refusal([&] { validate_offs(d, 2, 272, s); },
+                 "mxq::validate_offs: M must be a multiple of 32, got 272");
+  expect_refusal([&] { validate_offs(d, 2, -32, s); },
+                 "mxq::validate_offs: M must be non-negative, got -32");
+  expect_refusal([&] { validate_offs(d, 2, int64_t(1) << 40, s); },
+                 "mxq::validate_offs: M must be at most 2^31-1, got 1099511627776");
   expect_refusal([&] { check_status(nullptr, s); }, "mxq::check_status: status is null");
   EXPECT_TRUE(d_offs.guards_intact(s));
 }

@@ -33,6 +33,18 @@ TEST(Layout, OutputShapes) {  // §5.1
   EXPECT_EQ(s_col_shape(M, K, 3).cols, 17 + 12);
 }
 
+// The shape helpers take 64-bit (or symbolic) sizes only: in int, q_row_shape(262144, 8192).bytes()
+// was -2^31 and weight_s_row_shape(64, 65536, 65536).bytes() 0. Narrower integers do not compile.
+struct SymbolicSize {};  // stands for c10::SymInt
+static_assert(is_shape_int_v<int64_t> && is_shape_int_v<long long> && is_shape_int_v<SymbolicSize>);
+static_assert(!is_shape_int_v<int> && !is_shape_int_v<int32_t> && !is_shape_int_v<uint32_t> &&
+              !is_shape_int_v<int16_t>);
+
+TEST(Layout, ShapesPast2Pow31Bytes) {
+  EXPECT_EQ(q_row_shape<int64_t>(262144, 8192).bytes(), int64_t(1) << 31);
+  EXPECT_EQ(weight_s_row_shape<int64_t>(64, 65536, 65536).bytes(), int64_t(1) << 33);
+}
+
 // ---- §5.2 worked example R = 130, C = 5 ----
 
 struct Placement {

@@ -95,7 +95,11 @@ TEST(ParseScaleRounding, AcceptsExactlyTheTwoNames) {
       ADD_FAILURE() << "accepted \"" << bad << "\"";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
-      EXPECT_EQ(e.message(), "scaling_mode must be \"rceil\" or \"floor\", got \"" + bad + "\"");
+      // The parser names itself (§9); the torch layer puts its own op before message().
+      const std::string message =
+          "scaling_mode must be \"rceil\" or \"floor\", got \"" + bad + "\"";
+      EXPECT_EQ(e.message(), message);
+      EXPECT_EQ(std::string(e.what()), "mxq::parse_scale_rounding: " + message);
     }
   }
 }
@@ -126,7 +130,7 @@ TEST(BuildFacts, VersionAndBuildInfo) {
 // The example message of docs/numerics.md §9 and mxq.h, whole.
 TEST(ErrorMessages, ExampleIsExact) {
   std::vector<uint16_t> x(48 * 32);
-  Bytes q(48 * 32), s(size_t(s_row_shape(48, 32).bytes()));
+  Bytes q(48 * 32), s(size_t(s_row_shape<int64_t>(48, 32).bytes()));
   QuantizeParams p;
   p.x = x.data();
   p.M = 48;
@@ -479,6 +483,23 @@ TEST(ValidateOffsHost, NamesTheFirstBadEntry) {
   check(first_of_three, 3, 512, "offs[0]=200 is not a multiple of 32 (group sizes must be)");
 }
 
+// M is checked as the ops check it, before G, offs and the entries: an offs that fits a bad M is
+// not accepted, and a negative M is not reported as an entry exceeding it.
+TEST(ValidateOffsHost, ChecksMFirst) {
+  const char* op = "mxq::validate_offs";
+  const int32_t ninety_six = 96, zero = 0;
+  const auto check = [&](const int32_t* offs, int64_t G, int64_t M, const std::string& message) {
+    EXPECT_TRUE(throws_error([&] { validate_offs_host(offs, G, M); }, op, exact(message)))
+        << message;
+  };
+  check(&ninety_six, 1, 100, "M must be a multiple of 32, got 100");
+  check(&zero, 1, -32, "M must be non-negative, got -32");
+  check(&zero, 1, int64_t(1) << 40, "M must be at most 2^31-1, got 1099511627776");
+  check(&zero, 1, int64_t(1) << 31, "M must be at most 2^31-1, got 2147483648");
+  check(nullptr, 0, 100, "M must be a multiple of 32, got 100");  // M before G and offs
+  EXPECT_NO_THROW(validate_offs_host(&zero, 1, kMaxDim - kMaxDim % kDimAlign));
+}
+
 // ---- the GPU entry points ----
 
 // Valid host buffers at a GPU-legal shape (M = K = 128). Only used for calls that are refused
@@ -528,6 +549,17 @@ struct GpuArgs {
     p.rows = M;
     p.cols = K;
     p.out = out.data();
+    return p;
+  }
+  // An empty q (rows = 0) in the K-groups layout: no output bytes, only the status word.
+  DequantizeParams empty_grouped_dequantize() {
+    DequantizeParams p;
+    p.rows = 0;
+    p.cols = K;
+    p.layout = ScaleLayout::kKGroups;
+    p.offs = offs.data();
+    p.num_groups = 1;
+    p.status = &status;
     return p;
   }
 };
@@ -753,6 +785,11 @@ TEST(GpuValidationBasics, BuildWithoutCudaRefusesClearly) {
   QuantizeParams empty = a.grouped();
   empty.M = 0;
   EXPECT_TRUE(unsupported([&] { quantize(empty); }, kQuantize));
+  // So has an empty grouped dequantize; without a status word it has nothing to write at all.
+  DequantizeParams empty_dequant = a.empty_grouped_dequantize();
+  EXPECT_TRUE(unsupported([&] { dequantize(empty_dequant); }, kDequantize));
+  empty_dequant.status = nullptr;
+  EXPECT_NO_THROW(dequantize(empty_dequant));
   // An argument error is still reported as such, not hidden behind the missing CUDA.
   QuantizeParams bad = a.both();
   bad.M = 100;
@@ -775,6 +812,8 @@ TEST(GpuValidationBasics, NoDeviceRefusesCleanly) {
       {kComposed, [&] { quantize_composed(a.both(), a.workspace.data()); }},
       {kProbe, [&] { bench::quantize_probe(a.both()); }},
       {kDequantize, [&] { dequantize(a.dequantize()); }},
+      // An empty grouped dequantize still has its status word to write (as quantize's M = 0).
+      {kDequantize, [&] { dequantize(a.empty_grouped_dequantize()); }},
   };
   for (const auto& [op, call] : calls) {
     try {
@@ -787,6 +826,10 @@ TEST(GpuValidationBasics, NoDeviceRefusesCleanly) {
       EXPECT_TRUE(reads_as_a_user_message(e.what()));
     }
   }
+  // Without a status word an empty dequantize has nothing to write: no device needed.
+  DequantizeParams empty = a.empty_grouped_dequantize();
+  empty.status = nullptr;
+  EXPECT_NO_THROW(dequantize(empty));
 }
 #endif
 

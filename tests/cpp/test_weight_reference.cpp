@@ -582,7 +582,11 @@ TEST(WeightScalingNames, AcceptsExactlyTheTwoNames) {
       ADD_FAILURE() << "accepted \"" << bad << "\"";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
-      EXPECT_EQ(e.message(), "weight_scaling must be \"1x32\" or \"32x32\", got \"" + bad + "\"");
+      // The parser names itself (§9); the torch layer puts its own op before message().
+      const std::string message =
+          "weight_scaling must be \"1x32\" or \"32x32\", got \"" + bad + "\"";
+      EXPECT_EQ(e.message(), message);
+      EXPECT_EQ(std::string(e.what()), "mxq::parse_weight_scaling: " + message);
     }
   }
 }
@@ -622,6 +626,22 @@ const std::vector<WeightBadCase>& weight_bad_cases() {
          p.K = 2147483616;
        },
        exact("G*N*K must be below 2^60 elements, got G=2147483647, N=2147483616, K=2147483616")},
+      // Exactly 2^60 is refused; the bad dtype (checked next) keeps a wrong pass from running.
+      {"GNK_2pow60",
+       [](auto& p) {
+         p.G = int64_t(1) << 30;
+         p.N = p.K = int64_t(1) << 15;
+         p.dtype = static_cast<DType>(7);
+       },
+       exact("G*N*K must be below 2^60 elements, got G=1073741824, N=32768, K=32768")},
+      // G one less (G*N*K = 2^60 - 2^30) passes that check: the next one (dtype) refuses it.
+      {"GNK_below_2pow60",
+       [](auto& p) {
+         p.G = (int64_t(1) << 30) - 1;
+         p.N = p.K = int64_t(1) << 15;
+         p.dtype = static_cast<DType>(7);
+       },
+       exact("dtype must be DType::kBFloat16, kFloat16 or kFloat32, got 7")},
       {"w_null", [](auto& p) { p.w = nullptr; }, exact("w is null")},
       {"w_misaligned", [](auto& p) { p.w = static_cast<const uint8_t*>(p.w) + 2; },
        "w must be 16-byte aligned, got address " + kAddr},
