@@ -27,8 +27,10 @@
 #include "bench.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -831,15 +833,19 @@ std::vector<BenchCase> plan_cases(const BenchOptions& o) {
   return cases;
 }
 
+// Ends the messages of option values refused after parsing, as the parse-time ones end.
+constexpr const char* kSeeHelp = " (see `mxq bench --help`)";
+
 // Every option checked before the GPU is touched, in the library's words where it has the rule.
 void check_options(const BenchOptions& o, const std::vector<BenchCase>& cases) {
   if (o.replays < 1)
-    throw ToolError("--replays must be at least 1, got " + std::to_string(o.replays));
-  if (o.warmup < 0) throw ToolError("--warmup must be at least 0, got " + std::to_string(o.warmup));
+    throw ToolError("--replays must be at least 1, got " + std::to_string(o.replays) + kSeeHelp);
+  if (o.warmup < 0)
+    throw ToolError("--warmup must be at least 0, got " + std::to_string(o.warmup) + kSeeHelp);
   for (int g : o.groups) {
     if (g < 1 || g > kMaxGroups) {
       throw ToolError("--groups: each count must be in [1, " + std::to_string(kMaxGroups) +
-                      "], got " + std::to_string(g));
+                      "], got " + std::to_string(g) + kSeeHelp);
     }
   }
   for (const MatrixShape& s : o.shapes) {
@@ -847,8 +853,14 @@ void check_options(const BenchOptions& o, const std::vector<BenchCase>& cases) {
       if (value == 0 || value % kDimAlign != 0) {
         throw ToolError("--shapes " + s.str() + ": " + name + " must be a " +
                         (value == 0 ? "positive " : "") + "multiple of " +
-                        std::to_string(kDimAlign) + ", got " + std::to_string(value));
+                        std::to_string(kDimAlign) + ", got " + std::to_string(value) + kSeeHelp);
       }
+    }
+    // Larger shapes would overflow traffic.h's 64-bit byte counts (--list prints them).
+    if (s.elements() > kMaxTrafficElements) {
+      throw ToolError("--shapes " + s.str() + ": M*K must be at most 2^56 (" +
+                      std::to_string(kMaxTrafficElements) + ") elements, got " +
+                      std::to_string(s.elements()) + kSeeHelp);
     }
   }
   if (cases.empty()) {
@@ -857,7 +869,7 @@ void check_options(const BenchOptions& o, const std::vector<BenchCase>& cases) {
     throw ToolError(
         std::string(
             "nothing to run: no case of the chosen sets (--sets) uses the chosen ops (--ops)") +
-        (ceiling ? "; probe and copy run in the main set only, dense, bf16" : ""));
+        (ceiling ? "; probe and copy run in the main set only, dense, bf16" : "") + kSeeHelp);
   }
 }
 
@@ -1119,6 +1131,28 @@ std::string default_json_path(const DeviceInfo& d) {
   return path;
 }
 
+// Opens the results file once before the run (making its directories), so a path that cannot be
+// written fails in a second rather than after the whole benchmark. A file made only for this test
+// is removed again; what the run writes at the end replaces an existing one.
+void check_json_writable(const std::string& path, const std::string& option) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  std::error_code ec;
+  if (p.has_parent_path()) fs::create_directories(p.parent_path(), ec);
+  if (ec) {
+    throw ToolError(option + " " + path + ": cannot create its directory " +
+                    p.parent_path().string() + ": " + ec.message() + kSeeHelp);
+  }
+  const bool existed = fs::exists(p, ec);
+  std::ofstream f(path, std::ios::app);  // append: an existing file keeps its contents for now
+  if (!f) {
+    throw ToolError(option + " " + path + ": cannot open it for writing: " + std::strerror(errno) +
+                    kSeeHelp);
+  }
+  f.close();
+  if (!existed) fs::remove(p, ec);
+}
+
 // A case that raised instead of giving a row.
 struct CaseError {
   BenchCase c;
@@ -1327,6 +1361,9 @@ int run_bench(const BenchOptions& o) {
     std::cout << cases.size() << " cases\n";
     return kExitOk;
   }
+  // A --json path is an option like the others: refused before the GPU check. The default path
+  // needs the device's name, so it is checked once the device is known.
+  if (!o.json_path.empty() && o.json_path != "-") check_json_writable(o.json_path, "--json");
   const std::string no_gpu = usable_gpu_problem();
   if (!no_gpu.empty()) throw ToolError("no usable GPU: " + no_gpu, kExitUnavailable);
   if (o.replays < 20)
@@ -1337,6 +1374,11 @@ int run_bench(const BenchOptions& o) {
   run.device = query_device();
   run.options = o;
   run.started = now_iso8601();
+  std::string json_path = o.json_path;
+  if (json_path.empty()) {
+    json_path = default_json_path(run.device);
+    check_json_writable(json_path, "--json (default)");
+  }
   for (BenchSet s : kAllSets) {
     if (std::any_of(cases.begin(), cases.end(), [&](const BenchCase& c) { return c.set == s; }))
       run.sets.push_back(s);
@@ -1463,10 +1505,9 @@ int run_bench(const BenchOptions& o) {
   }
   print_summary(run.rows, l2);
 
-  if (o.json_path != "-") {
-    const std::string path = o.json_path.empty() ? default_json_path(run.device) : o.json_path;
-    write_json(path, run);
-    std::cout << "\nwrote " << path << "\n";
+  if (json_path != "-") {
+    write_json(json_path, run);
+    std::cout << "\nwrote " << json_path << "\n";
   }
   const bool verified = std::all_of(run.verifies.begin(), run.verifies.end(),
                                     [](const VerifyResult& v) { return v.ok(); });

@@ -17,7 +17,8 @@ namespace mxq::tools {
 // The case sets. A default run takes all of them; --sets picks some.
 //   main     --shapes (default: the six aligned bandwidth shapes and the 512x4096 latency shape),
 //            dense and random groups (--groups), every activation op; dense bf16 also the probe
-//            (mxq::bench::quantize_probe, right after fused: the design's ceiling)
+//            (mxq::bench::quantize_probe: the design's ceiling) and the copy (x's bytes by a plain
+//            copy kernel: the shape's ceiling), right after fused
 //   ragged   32-multiple shapes that are not 128-multiples, each next to an aligned neighbour
 //   grouped  32768x7168: random groups (G = 8, 64, 256: 32-multiple sizes, an empty group, a tail), an
 //            even split and a skewed one (one group holding 90% of the rows) at G = 8, and dense

@@ -285,6 +285,8 @@ void print_header(const DemoOptions& o, const DemoInput& in) {
 // ---- what runs, decided (and every input checked) before anything is allocated ----
 
 constexpr const char* kPrefix = "mxq demo: ";
+// Ends the messages of option values refused after parsing, as the parse-time ones end.
+constexpr const char* kSeeHelp = " (see `mxq demo --help`)";
 // From about this size the CPU reference takes seconds: each step then reports its time on stderr.
 constexpr int64_t kProgressElements = int64_t(1) << 24;
 
@@ -298,17 +300,18 @@ std::string gpu_problem() {
 }
 
 // M and K against the one rule of every path (CPU reference and GPU alike), in the library's words
-// ("M must be a multiple of 32, got 100"). Zero is legal for the library (empty outputs) but leaves
-// the demo nothing to show.
+// after the option ("--shape: M must be a multiple of 32, got 100"). Zero is legal for the library
+// (empty outputs) but leaves the demo nothing to show.
 void check_dims(const MatrixShape& s) {
   for (const auto& [name, value] : {std::pair{"M", s.M}, std::pair{"K", s.K}}) {
     if (value == 0) {
-      throw ToolError(std::string(name) + " must be at least " + std::to_string(kDimAlign) +
-                      " (an empty tensor leaves the demo nothing to show), got 0");
+      throw ToolError("--shape: " + std::string(name) + " must be at least " +
+                      std::to_string(kDimAlign) +
+                      " (an empty tensor leaves the demo nothing to show), got 0" + kSeeHelp);
     }
     if (value % kDimAlign != 0) {
-      throw ToolError(std::string(name) + " must be a multiple of " + std::to_string(kDimAlign) +
-                      ", got " + std::to_string(value));
+      throw ToolError("--shape: " + std::string(name) + " must be a multiple of " +
+                      std::to_string(kDimAlign) + ", got " + std::to_string(value) + kSeeHelp);
     }
   }
 }
@@ -324,12 +327,13 @@ void check_groups(const DemoOptions& o) {
                            " rows, so M=" + std::to_string(M) + " holds ";
   if (fit == 0) {
     throw ToolError("--groups needs M of at least " + std::to_string(kGroupAlign) + ": " + rule +
-                    "no group");
+                    "no group" + kSeeHelp);
   }
   if (o.groups > fit) {
-    throw ToolError("--groups " + std::to_string(o.groups) + " is too many for M=" +
-                    std::to_string(M) + ": " + rule + "at most " + std::to_string(fit) +
-                    " (pass --groups " + std::to_string(fit) + " or fewer, or a larger M)");
+    throw ToolError("--groups " + std::to_string(o.groups) +
+                    " is too many for M=" + std::to_string(M) + ": " + rule + "at most " +
+                    std::to_string(fit) + "; pass --groups " + std::to_string(fit) +
+                    " or fewer, or a larger M" + kSeeHelp);
   }
 }
 

@@ -61,6 +61,34 @@ CLI::Option* add_seed(CLI::App* app, std::string& seed, const char* help) {
       ->capture_default_str();
 }
 
+// CLI11 alone reads whole numbers with C prefixes ("010" is 8, "0x10" is 16; --shape and --seed are
+// decimal only) and calls "3.0" out of range. This takes decimal digits only, says which rule
+// failed, and hands the option the value rewritten as plain decimal; so it goes in with transform()
+// (check() would discard the rewrite and leave "010" to CLI11's octal).
+CLI::Validator whole_number(int min, int max) {
+  const std::string range = std::to_string(min) + " - " + std::to_string(max);
+  return CLI::Validator(
+      [min, max](std::string& text) {
+        const bool negative = !text.empty() && text[0] == '-';
+        const std::string digits = text.substr(negative ? 1 : 0);
+        if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+          return "expected a whole number, got " + text;
+        }
+        // Saturates past any int, so no length of input overflows.
+        constexpr int64_t kCap = int64_t(1) << 32;
+        int64_t value = 0;
+        for (char c : digits) value = std::min(value * 10 + (c - '0'), kCap);
+        if (negative) value = -value;
+        if (value < min || value > max) {
+          return "must be in [" + std::to_string(min) + ", " + std::to_string(max) + "], got " +
+                 text;
+        }
+        text = std::to_string(value);
+        return std::string();
+      },
+      "INT in [" + range + "]", "whole number");
+}
+
 std::string op_list() {
   std::string names;
   for (Op op : kAllOps) names += std::string(names.empty() ? "" : ",") + op_name(op);
@@ -120,11 +148,11 @@ void add_demo(CLI::App& app, Args& a) {
                    "so G is at most M/32 (more is refused). When G >= 2 one group is left empty "
                    "on purpose (legal: an expert with no tokens), and when M >= 64 rows past the "
                    "last group form an uncovered tail. 0 = dense")
-      ->check(CLI::Range(0, kMaxGroups))
+      ->transform(whole_number(0, kMaxGroups))
       ->capture_default_str();
   add_seed(demo, a.demo_seed, "Random seed of the input and the groups (0 to 2^64-1)");
   demo->add_option("--repeats", o.repeats, "Timed GPU runs per path (median shown)")
-      ->check(CLI::Range(1, 1000))
+      ->transform(whole_number(1, 1000))
       ->capture_default_str();
   demo->add_flag("--cpu", o.cpu_only,
                  "Reference only: run the CPU reference alone, even when a GPU is present");
@@ -135,13 +163,14 @@ void add_bench(CLI::App& app, Args& a) {
   CLI::App* bench =
       app.add_subcommand("bench", "Time every op under CUDA-graph replay against a copy roof");
   bench->footer(
-      "Case sets: main (--shapes, dense and random groups, every activation op, and the probe "
-      "beside fused on dense bf16: the fused kernel's data movement without the math); ragged "
-      "(8160x2880 next to 8192x3072, 32736x5120 next to 32768x5120); grouped (32768x7168: random "
-      "G=8 and G=64, even and 90%-skewed G=8, dense); dtypes (32768x7168 bf16/fp16/fp32: fused, "
-      "rowwise, colwise); weights (mxq::quantize_weight, 4 expert shapes, both scalings). The "
-      "default runs every set; --shapes alone runs main only; --quick runs main (two shapes, G=8) "
-      "and the first ragged pair.\n" +
+      "Case sets: main (--shapes, dense and random groups, every activation op, and beside fused "
+      "on dense bf16 the probe, the fused kernel's data movement without the math, and copy, x's "
+      "bytes by a plain copy kernel); ragged (8160x2880 next to 8192x3072, 32736x5120 next to "
+      "32768x5120); grouped (32768x7168: random G=8, G=64 and G=256, even and 90%-skewed G=8, "
+      "dense); dtypes (32768x7168 bf16/fp16/fp32: fused, rowwise, colwise); weights "
+      "(mxq::quantize_weight, 4 expert shapes, both scalings). The default runs every set; "
+      "--shapes alone runs main only; --quick runs main (two shapes, G=8) and the first ragged "
+      "pair.\n" +
       std::string(kExitCodes));
   std::vector<std::string> set_names;
   for (BenchSet s : kAllSets) set_names.push_back(set_name(s));
@@ -150,7 +179,8 @@ void add_bench(CLI::App& app, Args& a) {
       ->check(CLI::IsMember(set_names));
   bench
       ->add_option("--shapes", a.bench_shapes,
-                   "The main set's comma-separated MxK shapes, multiples of 32 (default: "
+                   "The main set's comma-separated MxK shapes, multiples of 32, M*K at most "
+                   "2^56 (default: "
                    "8192x2048,8192x7168,32768x2048,32768x7168,131072x2048,131072x7168,512x4096)")
       ->delimiter(',')
       ->check(kShapeValidator);
@@ -159,7 +189,7 @@ void add_bench(CLI::App& app, Args& a) {
   bench
       ->add_option("--ops", a.bench_ops,
                    "Comma-separated ops: " + op_list() +
-                       " (default all; probe runs in the main set only, dense, bf16)")
+                       " (default all; probe and copy run in the main set only, dense, bf16)")
       ->delimiter(',')
       ->check(CLI::IsMember(names));
   bench
@@ -167,7 +197,7 @@ void add_bench(CLI::App& app, Args& a) {
                    "The main set's comma-separated group counts (random 32-multiple sizes; dense "
                    "always runs)")
       ->delimiter(',')
-      ->check(CLI::Range(1, kMaxGroups))
+      ->transform(whole_number(1, kMaxGroups))
       ->capture_default_str();
   bench->add_flag("--no-dense", o.no_dense, "Skip the dense runs of the main and grouped sets");
   bench
@@ -179,15 +209,15 @@ void add_bench(CLI::App& app, Args& a) {
   bench
       ->add_option("--replays", o.replays,
                    "Timed graph replays per case (median; results want >= 20)")
-      ->check(CLI::Range(1, 100000))
+      ->transform(whole_number(1, 100000))
       ->capture_default_str();
   bench->add_option("--warmup", o.warmup, "Untimed graph replays before timing")
-      ->check(CLI::Range(0, 1000))
+      ->transform(whole_number(0, 1000))
       ->capture_default_str();
   bench->add_option(
       "--json", o.json_path,
-      "Results file (default benchmarks/results/<gpu>_<date>.json, relative to the working "
-      "directory; '-' for none)");
+      "Results file, checked writable before the first case (default "
+      "benchmarks/results/<gpu>_<date>.json, relative to the working directory; '-' for none)");
   bench->add_flag("--quick", o.quick,
                   "Main set on two shapes (8192x2048, 32768x7168) with G=8, and the first ragged "
                   "pair, unless --shapes, --groups or --sets say otherwise");
@@ -205,6 +235,7 @@ void add_bench(CLI::App& app, Args& a) {
                    "Tile height of the 16-bit quantize kernels: 0 lets each launch choose (64 when "
                    "the 64-row tiles fit one wave of resident CTAs, else 128), 64 or 128 forces it "
                    "(mxq::bench::force_tile_rows)")
+      ->transform(whole_number(0, 128).description(""))  // the help shows the set below
       ->check(CLI::IsMember({0, 64, 128}))
       ->capture_default_str();
   add_seed(bench, a.bench_seed, "Random seed of the inputs and the groups (0 to 2^64-1)");
@@ -263,6 +294,25 @@ std::string named_subcommand(const CLI::App& app, int argc, char** argv) {
     break;
   }
   return "";
+}
+
+// Why parsing failed when no subcommand was named. CLI11 then says only "A subcommand is
+// required", even for a misspelt subcommand or an unknown option. The first word is the culprit
+// (a valid --help or --version would have succeeded; a malformed one keeps CLI11's message).
+std::string top_level_error(const CLI::App& app, const std::string& word,
+                            const std::string& cli11_message) {
+  if (word.empty() || word[0] != '-') {
+    std::string names;
+    const auto subs = app.get_subcommands({});
+    for (size_t i = 0; i < subs.size(); ++i) {
+      names += (i == 0 ? "" : i + 1 == subs.size() ? " or " : ", ") + subs[i]->get_name();
+    }
+    return "unknown subcommand \"" + word + "\": expected " + names;
+  }
+  if (word.rfind("--version", 0) == 0 || word == "-h" || word.rfind("--help", 0) == 0) {
+    return cli11_message;
+  }
+  return "unknown option \"" + word + "\"";
 }
 
 // Runs the chosen subcommand; every exception becomes one message and an exit code.
@@ -326,7 +376,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     // --help and --version arrive here too, with exit code 0: CLI11 prints those itself.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
-    std::cerr << command << ": " << e.what() << " (see `" << command << " --help`)\n";
+    const std::string why =
+        sub.empty() && argc > 1 ? top_level_error(app, argv[1], e.what()) : std::string(e.what());
+    std::cerr << command << ": " << why << " (see `" << command << " --help`)\n";
     return kExitFailure;
   }
   return dispatch(app, args, command + ": ");

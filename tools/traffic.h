@@ -74,6 +74,11 @@ inline bool op_is_dual(Op op) {
   return op == Op::kFused || op == Op::kComposed || op == Op::kProbe;
 }
 
+// The largest M*K the counts below take: no op moves more than ~11 bytes an element plus scale
+// padding (under 2^52 bytes at this size), so every count stays below 2^60. `mxq bench` refuses
+// larger shapes; dimensions alone (each up to 2^31-1) would let M*K*4 pass 2^63.
+constexpr int64_t kMaxTrafficElements = int64_t(1) << 56;
+
 struct Traffic {
   int64_t read = 0;
   int64_t written = 0;

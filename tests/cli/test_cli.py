@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Drives the built `mxq` binary with bad and good inputs: exit codes, messages, no crashes.
 
-Usage: test_cli.py /path/to/mxq   (CTest passes $<TARGET_FILE:mxq_cli>; Python 3 standard library only)
+Usage: test_cli.py /path/to/mxq   (CTest passes $<TARGET_FILE:mxq_cli>; Python 3 standard library only),
+or MXQ_BIN=/path/to/mxq python -m pytest tests/cli/test_cli.py
 
 Each case asserts the exit code (0 ok, 1 error, 2 unavailable), that no signal killed the process
 (returncode >= 0: SIGFPE or an uncaught exception's abort would show up as a negative code), that an
@@ -13,12 +14,15 @@ without one it says so), the case asks `mxq info` whether the GPU path is usable
 behaviour.
 """
 
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import unittest
 
-MXQ = None  # set from argv in main
+# The binary: argv[1] when run as a script (CTest), else $MXQ_BIN (e.g. under pytest).
+MXQ = os.environ.get("MXQ_BIN")
 # Things an error message must never contain: exception class names, abort text, source paths.
 LEAKS = [
     "std::",
@@ -44,6 +48,8 @@ class CliTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
+        if not MXQ:
+            raise unittest.SkipTest("no mxq binary: pass it as the argument, or set MXQ_BIN")
         info = run("info")
         assert info.returncode == 0, info
         cls.gpu = "mxq kernels usable: yes" in info.stdout
@@ -172,6 +178,145 @@ class CliTest(unittest.TestCase):
         self.demo_ok(256, 256, "--cpu", "--groups", "8")
         self.demo_ok(64, 256, "--cpu", "--groups", "2")
         self.error("demo", "--shape", "256x256", "--cpu", "--groups", "5000", fragments=["--groups", "1024"])
+
+    def test_whole_numbers_are_decimal(self):
+        # CLI11 used to read "010" as octal (8 groups) and "0x10" as hex, and to call "3.0" out of range.
+        r = self.demo_ok(320, 32, "--cpu", "--groups", "010")
+        self.assertIn(", 10 groups (", r.stdout)
+        for value in ("0x10", "3.0", "2x", "1e3", "+3", ""):
+            self.error(
+                "demo",
+                "--shape",
+                "320x32",
+                "--cpu",
+                "--groups",
+                value,
+                fragments=[f"--groups: expected a whole number, got {value} (see `mxq demo --help`)"],
+            )
+        self.error("demo", "--repeats", "1e3", fragments=["--repeats: expected a whole number, got 1e3"])
+        self.error("demo", "--groups", "-1", fragments=["--groups: must be in [0, 1024], got -1"])
+        self.error("demo", "--repeats", "99999999999999999999", fragments=["--repeats: must be in [1, 1000]"])
+        if self.cpu_build:
+            return
+        r = run("bench", "--list", "--shapes", "512x512", "--ops", "fused", "--groups", "010")
+        where = self.check_clean(r, 0, prefix="mxq bench:")
+        self.assertIn("main    fused      512x512       bf16 G=10 ", r.stdout, where)
+        for option, value in (
+            ("--replays", "1e3"),
+            ("--warmup", "1.5"),
+            ("--groups", "8,0x10"),
+            ("--tile-rows", "0x40"),
+        ):
+            bad = value.split(",")[-1]
+            self.error(
+                "bench",
+                option,
+                value,
+                "--list",
+                fragments=[f"{option}: expected a whole number, got {bad} (see `mxq bench --help`)"],
+                prefix="mxq bench:",
+            )
+        r = run("bench", "--list", "--sets", "main", "--ops", "fused", "--tile-rows", "0064")
+        self.check_clean(r, 0, prefix="mxq bench:")
+
+    def test_unknown_subcommand_or_option(self):
+        # Used to say only "A subcommand is required", without naming the word it did not know.
+        for word in ("dem", "bogus"):
+            self.error(
+                word,
+                fragments=[
+                    f'mxq: unknown subcommand "{word}": expected demo, bench, info or version (see `mxq --help`)'
+                ],
+                prefix="mxq:",
+            )
+        self.error("--bogus", fragments=['mxq: unknown option "--bogus" (see `mxq --help`)'], prefix="mxq:")
+        self.error("bogus", "demo", fragments=['unknown subcommand "bogus"'], prefix="mxq:")
+
+    def test_option_errors_after_parsing(self):
+        # Rules checked after parsing used to leave out the option and the pointer to --help.
+        self.error(
+            "demo",
+            "--shape",
+            "100x64",
+            "--cpu",
+            fragments=["mxq demo: --shape: M must be a multiple of 32, got 100 (see `mxq demo --help`)"],
+        )
+        self.error("demo", "--shape", "64x0", fragments=["--shape: K must be at least 32", "(see `mxq demo --help`)"])
+        self.error(
+            "demo",
+            "--shape",
+            "64x256",
+            "--cpu",
+            "--groups",
+            "3",
+            fragments=["--groups 3 is too many for M=64", "(see `mxq demo --help`)"],
+        )
+        if self.cpu_build:
+            return
+        self.error(
+            "bench",
+            "--shapes",
+            "100x64",
+            fragments=["mxq bench: --shapes 100x64: M must be a multiple of 32, got 100 (see `mxq bench --help`)"],
+            prefix="mxq bench:",
+        )
+        self.error(
+            "bench",
+            "--sets",
+            "weights",
+            "--ops",
+            "fused",
+            fragments=["nothing to run", "(see `mxq bench --help`)"],
+            prefix="mxq bench:",
+        )
+
+    def test_bench_byte_counts_fit(self):
+        # 2147483616x1073741824 used to list a negative byte count (signed 64-bit overflow in traffic.h).
+        if self.cpu_build:
+            self.skipTest("a CPU-only build has no bench")
+        shape = "2147483616x1073741824"
+        self.error(
+            "bench",
+            "--list",
+            "--shapes",
+            shape,
+            "--ops",
+            "fused",
+            fragments=[f"--shapes {shape}: M*K must be at most 2^56", "(see `mxq bench --help`)"],
+            prefix="mxq bench:",
+        )
+        # The largest shape taken: every count of every op stays positive.
+        r = run("bench", "--list", "--shapes", "268435456x268435456", "--dtype", "fp32", "--groups", "1024")
+        where = self.check_clean(r, 0, prefix="mxq bench:")
+        self.assertNotIn(" -", r.stdout, where)
+        self.assertTrue(r.stdout.endswith("\n10 cases\n"), where)
+
+    def test_bench_json_checked_first(self):
+        # An unwritable --json used to fail only after the whole run. It is an option like the others: refused
+        # before the GPU check (so here, too, with or without a GPU), and with nothing run.
+        if self.cpu_build:
+            self.skipTest("a CPU-only build has no bench")
+        with tempfile.TemporaryDirectory() as tmp:
+            regular = os.path.join(tmp, "file")
+            open(regular, "w").close()
+            for path in (os.path.join(regular, "out.json"), tmp):
+                self.error(
+                    "bench",
+                    "--quick",
+                    "--json",
+                    path,
+                    fragments=[f"--json {path}: cannot ", "(see `mxq bench --help`)"],
+                    prefix="mxq bench:",
+                )
+            if not self.gpu:
+                # A writable path passes the check (on to the GPU check) and leaves no file behind: the run
+                # writes it at the end.
+                good = os.path.join(tmp, "new", "out.json")
+                self.error("bench", "--json", good, fragments=["no usable GPU"], code=2, prefix="mxq bench:")
+                self.assertFalse(os.path.exists(good), "the check left a file behind")
+            # --list writes no JSON and checks none.
+            r = run("bench", "--list", "--quick", "--json", os.path.join(regular, "out.json"))
+            self.check_clean(r, 0, prefix="mxq bench:")
 
     # ---- what works ----
     def test_version(self):
