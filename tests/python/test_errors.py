@@ -269,6 +269,14 @@ def test_validate_offs_messages(device):
     for values, text in cases:
         with _raises(ValueError, text):
             mxq.validate_offs(_offs(device, values), M)
+    # M itself, checked first as the ops check it (48 passed, -32 was reported as offs[0]=0 exceeding it).
+    for bad_M, rule in (
+        (48, "must be a multiple of 32, got 48"),
+        (-32, "must be non-negative, got -32"),
+        (2**40, "must be at most 2^31-1, got 1099511627776"),
+    ):
+        with _raises(ValueError, f"mxq.validate_offs: M {rule}"):
+            mxq.validate_offs(_offs(device, (0,)), bad_M)
     with _raises(TypeError, "mxq.validate_offs: offs must be int32, got Long"):
         mxq.validate_offs(_offs(device).long(), M)
     with _raises(ValueError, "mxq.validate_offs: offs must be 1-D (G,), got a 2-D tensor of shape [1, 2]"):
