@@ -28,7 +28,8 @@
 // layout.h formulas — with SymInts, so the Meta impl works under torch.compile with dynamic shapes —
 // and makes one core call: the bit-exact reference mxq::ref::* for CPU
 // tensors (so op(x.cpu()) is the oracle for op(x.cuda())), the GPU entry point on the current
-// stream for CUDA tensors. The core validates everything else (alignment, limits, group count).
+// stream for CUDA tensors. The core validates everything else (alignment, limits, group count);
+// its size rules also run before allocating, where the sizes are known (check_known_sizes).
 // Grouped CUDA calls pass no status word: a malformed offs is clamped on the device without a
 // report; mxq.validate_offs is the synchronizing checker.
 //
@@ -40,6 +41,7 @@
 #include <torch/library.h>
 
 #include <array>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -133,6 +135,21 @@ const int32_t* offs_ptr(const OptTensor& offs) {
 }
 uint8_t* bytes(const Tensor& t) { return static_cast<uint8_t*>(t.data_ptr()); }
 
+// The core's size rules where the sizes are known (not symbolic): before any output is allocated,
+// so the Meta instance refuses what the op refuses (mxq.empty_quantized, tracing with static
+// shapes) instead of sizing outputs for a shape no call accepts. `check` is a core check_*sizes.
+template <typename Check>
+void check_known_sizes(const char* op, Check check, std::initializer_list<SymInt> sizes) {
+  std::array<int64_t, 3> v{};
+  size_t i = 0;
+  for (const SymInt& s : sizes) {
+    const std::optional<int64_t> n = s.maybe_as_int();
+    if (!n.has_value()) return;
+    v[i++] = *n;
+  }
+  call_core(op, [&] { check(v[0], v[1], v[2]); });
+}
+
 // ---- quantize ----
 
 std::optional<DType> input_dtype(at::ScalarType t) {
@@ -180,6 +197,7 @@ QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block
   const SymInt M = x.sym_size(0), K = x.sym_size(1);
   const bool grouped = offs.has_value();
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
+  check_known_sizes(op, check_sizes, {M, K, grouped ? G : SymInt(-1)});
   const auto s_row = s_row_shape(M, K, G, grouped);
   const auto s_col = s_col_shape(M, K, G, grouped);
   return {*dtype, rounding, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
@@ -392,6 +410,7 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
   const SymInt rows = q.sym_size(0), cols = q.sym_size(1);
   const bool grouped = offs.has_value();
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
+  check_known_sizes(op, check_dequantize_sizes, {rows, cols, grouped ? G : SymInt(-1)});
   const auto want = layout == ScaleLayout::kMGroups ? s_row_shape(rows, cols, G, true)
                                                     : s_col_shape(cols, rows, G, grouped);
   const c10::SymBool shape_ok =
@@ -459,6 +478,7 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
   const bool experts = w.dim() == 3;
   const SymInt G = experts ? w.sym_size(0) : SymInt(1);
   const SymInt N = w.sym_size(-2), K = w.sym_size(-1);
+  check_known_sizes(op, check_weight_sizes, {G, N, K});
   const auto skipped = [&](at::ScalarType t) { return empty_output(w, {SymInt(0)}, t); };
   Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(at::kFloat8_e8m0fnu);
   Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(at::kFloat8_e8m0fnu);

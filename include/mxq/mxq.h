@@ -138,6 +138,13 @@ struct QuantizeWeightParams {
 WeightScaling parse_weight_scaling(const std::string& name);
 const char* to_string(WeightScaling scaling);
 
+// The size rules of the ops (docs/numerics.md §9) alone, for a caller that sizes outputs without
+// calling an op (the torch layer's Meta impls): they throw mxq::Error as the op would.
+// num_groups: the length of offs, or -1 without offs.
+void check_sizes(int64_t M, int64_t K, int64_t num_groups);  // quantize of x (M, K)
+void check_dequantize_sizes(int64_t rows, int64_t cols, int64_t num_groups);  // q (rows, cols)
+void check_weight_sizes(int64_t G, int64_t N, int64_t K);  // quantize_weight of (G, N, K)
+
 // ---- GPU entry points (throw Error::Kind::kUnsupported without CUDA or device code) ----
 // The fused kernel: one read of x, the requested axes.
 void quantize(const QuantizeParams& p);

@@ -48,24 +48,44 @@ void check_pair(const uint8_t* q, const uint8_t* s, int64_t q_bytes, int64_t s_b
   if (s != nullptr) check_ptr(s, s_name);
 }
 
+void check_group_count(int64_t num_groups) {
+  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "offs must hold 1 to ", kMaxGroups,
+            " group end offsets, got G=", num_groups);
+}
+
 void check_groups(const int32_t* offs, int64_t num_groups, const int32_t* status) {
   if (offs == nullptr) {
     MXQ_CHECK(num_groups == 0, "num_groups must be 0 without offs, got ", num_groups);
     MXQ_CHECK(status == nullptr, "status reports on offs and needs offs");
     return;
   }
-  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "offs must hold 1 to ", kMaxGroups,
-            " group end offsets, got G=", num_groups);
+  check_group_count(num_groups);
   check_ptr(offs, "offs", 4);
   if (status != nullptr) check_ptr(status, "status", 4);
 }
 
 }  // namespace
 
+void check_sizes(int64_t M, int64_t K, int64_t num_groups, const char* m_name, const char* k_name) {
+  check_dim(m_name, M);
+  check_dim(k_name, K);
+  if (num_groups >= 0) check_group_count(num_groups);
+}
+
+void check_weight_sizes(int64_t G, int64_t N, int64_t K) {
+  MXQ_CHECK(G >= 1, "G must be at least 1, got ", G);
+  MXQ_CHECK(G <= kMaxDim, "G must be at most 2^31-1, got ", G);
+  check_dim("N", N);
+  check_dim("K", K);
+  // Offsets are int64 element counts: G*N*K (N*K < 2^62 always) stays below 2^60, i.e. at most
+  // 2^60 - 1 (G*NK <= 2^60 - 1 exactly when G <= floor((2^60 - 1) / NK)).
+  MXQ_CHECK(N == 0 || K == 0 || G <= ((int64_t(1) << 60) - 1) / (N * K),
+            "G*N*K must be below 2^60 elements, got G=", G, ", N=", N, ", K=", K);
+}
+
 void validate_offs_args(const int32_t* offs, int64_t num_groups, int64_t M) {
   check_dim("M", M);
-  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "offs must hold 1 to ", kMaxGroups,
-            " group end offsets, got G=", num_groups);
+  check_group_count(num_groups);
   MXQ_CHECK(offs != nullptr, "offs is null");
 }
 
@@ -76,8 +96,7 @@ bool nothing_to_write(const QuantizeParams& p) {
 }
 
 void validate(const QuantizeParams& p) {
-  check_dim("M", p.M);
-  check_dim("K", p.K);
+  check_sizes(p.M, p.K, -1);  // the group count with offs, below
   check_dtype(p.dtype);
   check_rounding(p.rounding);
   check_groups(p.offs, p.num_groups, p.status);
@@ -95,14 +114,7 @@ void validate(const QuantizeParams& p) {
 bool nothing_to_write(const QuantizeWeightParams& p) { return p.N == 0 || p.K == 0; }
 
 void validate(const QuantizeWeightParams& p) {
-  MXQ_CHECK(p.G >= 1, "G must be at least 1, got ", p.G);
-  MXQ_CHECK(p.G <= kMaxDim, "G must be at most 2^31-1, got ", p.G);
-  check_dim("N", p.N);
-  check_dim("K", p.K);
-  // Offsets are int64 element counts: G*N*K (N*K < 2^62 always) stays below 2^60, i.e. at most
-  // 2^60 - 1 (G*NK <= 2^60 - 1 exactly when G <= floor((2^60 - 1) / NK)).
-  MXQ_CHECK(p.N == 0 || p.K == 0 || p.G <= ((int64_t(1) << 60) - 1) / (p.N * p.K),
-            "G*N*K must be below 2^60 elements, got G=", p.G, ", N=", p.N, ", K=", p.K);
+  check_weight_sizes(p.G, p.N, p.K);
   check_dtype(p.dtype);
   check_rounding(p.rounding);
   check_scaling(p.scaling);
@@ -119,8 +131,7 @@ void validate(const QuantizeWeightParams& p) {
 }
 
 void validate(const DequantizeParams& p) {
-  check_dim("rows", p.rows);
-  check_dim("cols", p.cols);
+  check_sizes(p.rows, p.cols, -1, "rows", "cols");
   MXQ_CHECK(p.layout == ScaleLayout::kBlocked || p.layout == ScaleLayout::kMGroups ||
                 p.layout == ScaleLayout::kKGroups,
             "layout must be ScaleLayout::kBlocked, kMGroups or kKGroups, got ",
@@ -136,3 +147,20 @@ void validate(const DequantizeParams& p) {
 }
 
 }  // namespace mxq::detail
+
+namespace mxq {
+
+void check_sizes(int64_t M, int64_t K, int64_t num_groups) {
+  detail::with_op("mxq::check_sizes", [&] { detail::check_sizes(M, K, num_groups); });
+}
+
+void check_dequantize_sizes(int64_t rows, int64_t cols, int64_t num_groups) {
+  detail::with_op("mxq::check_dequantize_sizes",
+                  [&] { detail::check_sizes(rows, cols, num_groups, "rows", "cols"); });
+}
+
+void check_weight_sizes(int64_t G, int64_t N, int64_t K) {
+  detail::with_op("mxq::check_weight_sizes", [&] { detail::check_weight_sizes(G, N, K); });
+}
+
+}  // namespace mxq

@@ -14,6 +14,12 @@ void validate(const DequantizeParams& p);
 // Expert weights (docs/numerics.md §11): N and K multiples of kDimAlign, G at least 1.
 void validate(const QuantizeWeightParams& p);
 
+// The size rules (the public check_sizes / check_weight_sizes without an op name); num_groups < 0:
+// dense, or the group count is checked elsewhere.
+void check_sizes(int64_t M, int64_t K, int64_t num_groups, const char* m_name = "M",
+                 const char* k_name = "K");
+void check_weight_sizes(int64_t G, int64_t N, int64_t K);
+
 // The arguments of mxq::validate_offs and validate_offs_host, before offs is read: M as the ops
 // check it, 1 to kMaxGroups groups, offs not null.
 void validate_offs_args(const int32_t* offs, int64_t num_groups, int64_t M);

@@ -451,6 +451,29 @@ TEST(RefValidationBasics, EmptyShapesNeedNoBuffers) {
 
 // ---- the host offs checker (mxq::validate_offs_host; mxq::validate_offs runs it after its copy)
 
+// The size rules alone (the torch layer's Meta impls call them): the ops' messages under their own
+// names, and every size an op accepts passes.
+TEST(CheckSizes, TheOpsRulesUnderTheirOwnNames) {
+  const auto check = [](auto call, const char* op, const std::string& message) {
+    EXPECT_TRUE(throws_error(call, op, exact(message))) << message;
+  };
+  check([] { check_sizes(100, 64, -1); }, "mxq::check_sizes",
+        "M must be a multiple of 32, got 100");
+  check([] { check_sizes(64, -32, -1); }, "mxq::check_sizes", "K must be non-negative, got -32");
+  check([] { check_sizes(64, 64, 0); }, "mxq::check_sizes",
+        "offs must hold 1 to 1024 group end offsets, got G=0");
+  check([] { check_dequantize_sizes(64, 100, -1); }, "mxq::check_dequantize_sizes",
+        "cols must be a multiple of 32, got 100");
+  check([] { check_weight_sizes(0, 64, 64); }, "mxq::check_weight_sizes",
+        "G must be at least 1, got 0");
+  check([] { check_weight_sizes(2, 48, 64); }, "mxq::check_weight_sizes",
+        "N must be a multiple of 32, got 48");
+  EXPECT_NO_THROW(check_sizes(0, 0, -1));
+  EXPECT_NO_THROW(check_sizes(kMaxDim / 32 * 32, 32, kMaxGroups));
+  EXPECT_NO_THROW(check_dequantize_sizes(32, 64, 1));
+  EXPECT_NO_THROW(check_weight_sizes(1, 0, 0));
+}
+
 TEST(ValidateOffsHost, WellFormedOffsPass) {
   const std::vector<std::vector<int32_t>> good = {
       {0}, {256}, {0, 0}, {128, 256}, {0, 128, 128, 256}};

@@ -5,6 +5,8 @@ import pytest
 
 pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
 
+import re
+
 import mxq
 import torch
 from helpers import DEVICES, OUTPUT_NAMES, QUANT_OPS, assert_outputs_equal, make_offs, op, random_bf16
@@ -140,6 +142,37 @@ def test_meta_dequantize_shape():
     s = torch.empty(256, 16, dtype=torch.float8_e8m0fnu, device="meta")
     out = torch.ops.mxq.dequantize(q, s)
     assert (out.shape, out.dtype, out.stride()) == ((256, 512), torch.bfloat16, (512, 1))
+
+
+def test_meta_refuses_what_the_op_refuses():
+    """The Meta impls apply the core's size rules where the sizes are known: before, they sized outputs for shapes
+    every real call refuses (mxq.empty_quantized of a (64, 100) x returned buffers)."""
+
+    def meta(shape, dtype=torch.bfloat16):
+        return torch.empty(shape, dtype=dtype, device="meta")
+
+    ops = torch.ops.mxq
+    cases = [
+        ("mxq.quantize: K must be a multiple of 32, got 100", lambda: mxq.empty_quantized(torch.empty(64, 100))),
+        ("mxq.quantize_rowwise: M must be a multiple of 32, got 48", lambda: ops.quantize_rowwise(meta((48, 64)))),
+        (
+            "mxq.quantize: offs must hold 1 to 1024 group end offsets, got G=0",
+            lambda: ops.quantize(meta((64, 64)), 32, "rceil", meta((0,), torch.int32)),
+        ),
+        (
+            "mxq.quantize_colwise: offs must hold 1 to 1024 group end offsets, got G=2000",
+            lambda: ops.quantize_colwise(meta((64, 64)), 32, "rceil", meta((2000,), torch.int32)),
+        ),
+        ("mxq.quantize_weight: N must be a multiple of 32, got 48", lambda: ops.quantize_weight(meta((48, 64)))),
+        ("mxq.quantize_weight: G must be at least 1, got 0", lambda: ops.quantize_weight(meta((0, 64, 64)))),
+        (
+            "mxq.dequantize: cols must be a multiple of 32, got 100",
+            lambda: ops.dequantize(meta((64, 100), torch.float8_e4m3fn), meta((128, 4), torch.float8_e8m0fnu)),
+        ),
+    ]
+    for text, call in cases:
+        with pytest.raises(ValueError, match="^" + re.escape(text) + "$"):
+            call()
 
 
 # ---- torch.compile(fullgraph=True) ----
