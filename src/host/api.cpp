@@ -61,6 +61,8 @@ std::string describe_status(int32_t status) {
   if (status & kOffsBeyondM) os << " an offset exceeds M;";
   if (status & kOffsMisaligned)
     os << " a group boundary is not a multiple of " << kGroupAlign << ";";
+  const int32_t unknown = status & ~(kOffsDecreasing | kOffsBeyondM | kOffsMisaligned);
+  if (unknown != 0) os << " unknown bits " << unknown << ";";
   return os.str();
 }
 

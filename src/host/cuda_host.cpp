@@ -54,9 +54,14 @@ std::string build_info() {
   int driver = 0;
   cudaRuntimeGetVersion(&runtime);
   cudaDriverGetVersion(&driver);
-  os << "mxq " << MXQ_VERSION << ", CUDA runtime " << runtime / 1000 << "." << (runtime % 1000) / 10
-     << ", driver " << driver / 1000 << "." << (driver % 1000) / 10 << ", kernels for "
-     << MXQ_CUDA_ARCHS;
+  os << "mxq " << MXQ_VERSION << ", CUDA runtime " << runtime / 1000 << "."
+     << (runtime % 1000) / 10;
+  if (driver == 0) {  // cudaDriverGetVersion reports 0 when no driver is installed
+    os << ", no CUDA driver";
+  } else {
+    os << ", driver " << driver / 1000 << "." << (driver % 1000) / 10;
+  }
+  os << ", kernels for " << MXQ_CUDA_ARCHS;
   return os.str();
 }
 

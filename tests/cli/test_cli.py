@@ -327,6 +327,7 @@ class CliTest(unittest.TestCase):
         r = run("info")
         self.check_clean(r, 0)
         self.assertIn("mxq ", r.stdout)
+        self.assertNotIn("driver 0.0", r.stdout)  # no driver installed: said in words
 
     def test_small_cpu_runs(self):
         r = self.demo_ok(256, 256, "--cpu")

@@ -110,6 +110,8 @@ TEST(DescribeStatus, NamesEveryBit) {
   EXPECT_NE(all.find("decrease"), std::string::npos) << all;
   EXPECT_NE(all.find("exceeds M"), std::string::npos) << all;
   EXPECT_NE(all.find("multiple of " + std::to_string(kGroupAlign)), std::string::npos) << all;
+  // A word that is not a status (8 is no StatusBits bit) says so instead of ending at the colon.
+  EXPECT_EQ(describe_status(8), "malformed offs (status 8): unknown bits 8;");
 }
 
 TEST(ErrorType, WhatIsOpAndMessage) {
