@@ -167,7 +167,10 @@ def layer_weight_operands(weight: Tensor, w: Tensor, scaling_mode: str, weight_s
     hit = cache.get(key)
     if hit is not None and hit[0] is weight and hit[1] == stamp:
         return hit[2]
-    operands = weight_operands(w, scaling_mode, weight_scaling, colwise=True)
+    # Outside autograd, as in the layers' Function.forward: a cached operand must not hold w's graph (the op has
+    # no autograd formula; its outputs would carry a grad_fn that only fails at backward).
+    with torch.no_grad():
+        operands = weight_operands(w, scaling_mode, weight_scaling, colwise=True)
     cache[key] = (weight, stamp, operands)  # keeps `weight` alive, so its id is not reused while cached
     return operands
 

@@ -98,6 +98,19 @@ def test_once_per_block_same_bytes_and_fresh_after_an_update(device):
     _assert_bitwise(after_update, fresh)
 
 
+def test_cached_operands_are_outside_autograd():
+    """The cached quantized weights are plain tensors, as the ones quantized inside the layers' Function.forward:
+    no grad_fn holding the cast of the weight from the first microbatch, no requires_grad."""
+    import mxq.linear
+
+    model = _Model("cpu")
+    with reuse_quantized_weights():
+        _step(model, _microbatches("cpu", n=1))
+        cached = [t for _, _, ops in mxq.linear._reuse.cache.values() for t in ops if t is not None]
+        assert len(cached) == 4 * 4  # four weights, each (q_row, s_row, q_col, s_col)
+        assert all(t.grad_fn is None and not t.requires_grad for t in cached)
+
+
 def test_not_used_under_torch_compile():
     """Inside a block, a compiled model (fullgraph) traces and runs as outside it: the cache is bypassed while
     torch.compile traces, so the graph quantizes the weights itself (compiled and eager results differ in the last
