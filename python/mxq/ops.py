@@ -90,13 +90,21 @@ def quantize(
     Raises TypeError for an argument of the wrong type (x or offs not a Tensor, a flag not a bool, a string option
     not a str) or dtype, ValueError for a bad value.
     """
-    op = "mxq.quantize"
-    check_type(op, "x", x, Tensor)
-    check_type(op, "rowwise", rowwise, bool)
-    check_type(op, "colwise", colwise, bool)
-    check_type(op, "scaling_mode", scaling_mode, str)
-    check_type(op, "backend", backend, str)
-    if offs is not None:
+    # One combined test on the eager hot path (~0.1 µs); the named checks run only to report a failure.
+    if not (
+        isinstance(x, Tensor)
+        and isinstance(rowwise, bool)
+        and isinstance(colwise, bool)
+        and isinstance(scaling_mode, str)
+        and isinstance(backend, str)
+        and (offs is None or isinstance(offs, Tensor))
+    ):
+        op = "mxq.quantize"
+        check_type(op, "x", x, Tensor)
+        check_type(op, "rowwise", rowwise, bool)
+        check_type(op, "colwise", colwise, bool)
+        check_type(op, "scaling_mode", scaling_mode, str)
+        check_type(op, "backend", backend, str)
         check_type(op, "offs", offs, Tensor)
     if out is not None:
         if backend != "fused":
