@@ -22,7 +22,15 @@ int verified_multiprocessor_count() {
   constexpr int kCached = 64;
   static std::atomic<int> counts[kCached] = {};  // 0: not verified yet
   int device = 0;
-  MXQ_CHECK_CUDA(cudaGetDevice(&device));
+  const cudaError_t found = cudaGetDevice(&device);
+  // No device or no driver is a missing capability (kUnsupported, as mxq.h promises), not a CUDA
+  // failure; any other error (a sticky fault of an earlier kernel) stays one.
+  const bool absent = found == cudaErrorNoDevice || found == cudaErrorInsufficientDriver ||
+                      found == cudaErrorStubLibrary || found == cudaErrorSystemDriverMismatch;
+  if (absent) (void)cudaGetLastError();
+  MXQ_CHECK_SUPPORTED(!absent, "no usable CUDA device (", cudaGetErrorName(found), ": ",
+                      cudaGetErrorString(found), ")");
+  MXQ_CHECK_CUDA(found);
   if (device < kCached) {
     const int n = counts[device].load(std::memory_order_relaxed);
     if (n != 0) return n;
