@@ -47,6 +47,12 @@ def check_type(op: str, name: str, value, kind: type) -> None:
         raise TypeError(f"{op}: {name} must be {_KIND_NAMES[kind]}, got {type(value).__name__}")
 
 
+def check_types(op: str, *args: tuple[str, object, type]) -> None:
+    """check_type of each (name, value, kind) in turn: the first wrong one is reported."""
+    for name, value, kind in args:
+        check_type(op, name, value, kind)
+
+
 class MXTensors(NamedTuple):
     """The outputs of :func:`quantize`; the axes that were not requested are None."""
 
@@ -99,13 +105,15 @@ def quantize(
         and isinstance(backend, str)
         and (offs is None or isinstance(offs, Tensor))
     ):
-        op = "mxq.quantize"
-        check_type(op, "x", x, Tensor)
-        check_type(op, "rowwise", rowwise, bool)
-        check_type(op, "colwise", colwise, bool)
-        check_type(op, "scaling_mode", scaling_mode, str)
-        check_type(op, "backend", backend, str)
-        check_type(op, "offs", offs, Tensor)
+        check_types(
+            "mxq.quantize",
+            ("x", x, Tensor),
+            ("rowwise", rowwise, bool),
+            ("colwise", colwise, bool),
+            ("scaling_mode", scaling_mode, str),
+            ("backend", backend, str),
+            ("offs", offs, Tensor),
+        )
     if out is not None:
         if backend != "fused":
             raise ValueError(f'mxq.quantize: out needs backend="fused", got {backend!r}')
@@ -256,12 +264,14 @@ def quantize_weight(
     (contraction over N); both are column-major in their last two dimensions. (The op itself returns empty tensors
     for a skipped axis; this wrapper returns None.)
     """
-    op = "mxq.quantize_weight"
-    check_type(op, "w", w, Tensor)
-    check_type(op, "scaling_mode", scaling_mode, str)
-    check_type(op, "weight_scaling", weight_scaling, str)
-    check_type(op, "rowwise", rowwise, bool)
-    check_type(op, "colwise", colwise, bool)
+    check_types(
+        "mxq.quantize_weight",
+        ("w", w, Tensor),
+        ("scaling_mode", scaling_mode, str),
+        ("weight_scaling", weight_scaling, str),
+        ("rowwise", rowwise, bool),
+        ("colwise", colwise, bool),
+    )
     q_row, s_row, q_col, s_col = _quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
     return MXTensors(
         q_row if rowwise else None, s_row if rowwise else None, q_col if colwise else None, s_col if colwise else None
