@@ -89,6 +89,47 @@ CLI::Validator whole_number(int min, int max) {
       "INT in [" + range + "]", "whole number");
 }
 
+// CLI11's own list splitting (delimiter) drops empty entries without a word: "--ops fused," ran
+// fused alone, "--shapes 64x64,,128x128" two shapes. So a list option takes each value whole, and
+// this validator checks every entry with `entry` (rewriting it as `entry` does: whole_number) and
+// refuses empty ones; entries() splits the checked values after parsing.
+CLI::Validator comma_list(CLI::Validator entry) {
+  const std::string description = entry.get_description();
+  return CLI::Validator(
+      [entry](std::string& text) {
+        if (text.empty()) return std::string("expected a comma-separated list, got nothing");
+        std::string checked;
+        size_t start = 0;
+        for (;;) {
+          const size_t end = text.find(',', start);
+          std::string item = text.substr(start, end == std::string::npos ? end : end - start);
+          if (item.empty()) return "empty entry in the list \"" + text + "\"";
+          const std::string why = entry(item);
+          if (!why.empty()) return why;
+          checked += (checked.empty() ? "" : ",") + item;
+          if (end == std::string::npos) break;
+          start = end + 1;
+        }
+        text = checked;
+        return std::string();
+      },
+      description + "[,...]", "comma list");
+}
+
+// The entries of comma-list values checked by comma_list.
+std::vector<std::string> entries(const std::vector<std::string>& lists) {
+  std::vector<std::string> out;
+  for (const std::string& list : lists) {
+    for (size_t start = 0;;) {
+      const size_t end = list.find(',', start);
+      out.push_back(list.substr(start, end == std::string::npos ? end : end - start));
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
+  }
+  return out;
+}
+
 std::string op_list() {
   std::string names;
   for (Op op : kAllOps) names += std::string(names.empty() ? "" : ",") + op_name(op);
@@ -114,6 +155,7 @@ struct Args {
   std::vector<std::string> bench_shapes;
   std::vector<std::string> bench_ops;
   std::vector<std::string> bench_sets;
+  std::vector<std::string> bench_groups;
   std::string bench_seed = std::to_string(bench.seed);
   std::string bench_dtype = to_string(bench.dtype);
 };
@@ -175,30 +217,28 @@ void add_bench(CLI::App& app, Args& a) {
   std::vector<std::string> set_names;
   for (BenchSet s : kAllSets) set_names.push_back(set_name(s));
   bench->add_option("--sets", a.bench_sets, "Comma-separated case sets: " + set_list())
-      ->delimiter(',')
-      ->check(CLI::IsMember(set_names));
+      ->transform(comma_list(CLI::IsMember(set_names)));
   bench
       ->add_option("--shapes", a.bench_shapes,
                    "The main set's comma-separated MxK shapes, multiples of 32, M*K at most "
                    "2^56 (default: "
                    "8192x2048,8192x7168,32768x2048,32768x7168,131072x2048,131072x7168,512x4096)")
-      ->delimiter(',')
-      ->check(kShapeValidator);
+      ->transform(comma_list(kShapeValidator));
   std::vector<std::string> names;
   for (Op op : kAllOps) names.push_back(op_name(op));
   bench
       ->add_option("--ops", a.bench_ops,
                    "Comma-separated ops: " + op_list() +
                        " (default all; probe and copy run in the main set only, dense, bf16)")
-      ->delimiter(',')
-      ->check(CLI::IsMember(names));
+      ->transform(comma_list(CLI::IsMember(names)));
+  std::string default_groups;
+  for (int g : o.groups) default_groups += (default_groups.empty() ? "" : ",") + std::to_string(g);
   bench
-      ->add_option("--groups", o.groups,
+      ->add_option("--groups", a.bench_groups,
                    "The main set's comma-separated group counts (random 32-multiple sizes; dense "
                    "always runs)")
-      ->delimiter(',')
-      ->transform(whole_number(1, kMaxGroups))
-      ->capture_default_str();
+      ->transform(comma_list(whole_number(1, kMaxGroups)))
+      ->default_str(default_groups);
   bench->add_flag("--no-dense", o.no_dense, "Skip the dense runs of the main and grouped sets");
   bench
       ->add_option(
@@ -264,9 +304,13 @@ int run_info() {
 
 int run_bench_command(BenchOptions o, const Args& a, bool groups_given) {
 #if defined(MXQ_WITH_CUDA)
-  for (const auto& s : a.bench_shapes) o.shapes.push_back(parse_shape(s));
-  for (const auto& name : a.bench_ops) o.ops.push_back(*parse_op(name));
-  for (const auto& name : a.bench_sets) {
+  for (const auto& s : entries(a.bench_shapes)) o.shapes.push_back(parse_shape(s));
+  for (const auto& name : entries(a.bench_ops)) o.ops.push_back(*parse_op(name));
+  if (groups_given) {
+    o.groups.clear();
+    for (const auto& g : entries(a.bench_groups)) o.groups.push_back(std::stoi(g));
+  }
+  for (const auto& name : entries(a.bench_sets)) {
     const BenchSet s = *parse_set(name);
     if (std::find(o.sets.begin(), o.sets.end(), s) == o.sets.end()) o.sets.push_back(s);
   }

@@ -219,6 +219,42 @@ class CliTest(unittest.TestCase):
         r = run("bench", "--list", "--sets", "main", "--ops", "fused", "--tile-rows", "0064")
         self.check_clean(r, 0, prefix="mxq bench:")
 
+    def test_bench_lists_refuse_empty_entries(self):
+        # CLI11's list splitting dropped empty entries without a word: "--ops fused," ran fused alone and
+        # "--groups 4,,8" two group counts. Checked while parsing, so a CPU-only build refuses them too.
+        for option, value in (
+            ("--shapes", "64x64,,128x128"),
+            ("--ops", "fused,"),
+            ("--groups", ",8"),
+            ("--sets", "main,,ragged"),
+        ):
+            self.error(
+                "bench",
+                option,
+                value,
+                "--list",
+                fragments=[f'mxq bench: {option}: empty entry in the list "{value}" (see `mxq bench --help`)'],
+                prefix="mxq bench:",
+            )
+        self.error(
+            "bench",
+            "--groups",
+            "",
+            fragments=["--groups: expected a comma-separated list, got nothing"],
+            prefix="mxq bench:",
+        )
+        if self.cpu_build:
+            return
+        # Lists still split, repeat and rewrite their entries as before.
+        r = run("bench", "--list", "--shapes", "512x512,1024x1024", "--shapes", "64x64", "--ops", "fused,copy",
+                "--groups", "010,4")
+        where = self.check_clean(r, 0, prefix="mxq bench:")
+        for shape in ("512x512", "1024x1024", "64x64"):
+            self.assertIn(f"main    copy       {shape} ", r.stdout, where)
+        self.assertIn("main    fused      64x64         bf16 G=10 ", r.stdout, where)
+        self.assertIn("main    fused      64x64         bf16 G=4 ", r.stdout, where)
+        self.assertTrue(r.stdout.endswith("\n12 cases\n"), where)
+
     def test_unknown_subcommand_or_option(self):
         # Used to say only "A subcommand is required", without naming the word it did not know.
         for word in ("dem", "bogus"):
