@@ -246,8 +246,18 @@ class CliTest(unittest.TestCase):
         if self.cpu_build:
             return
         # Lists still split, repeat and rewrite their entries as before.
-        r = run("bench", "--list", "--shapes", "512x512,1024x1024", "--shapes", "64x64", "--ops", "fused,copy",
-                "--groups", "010,4")
+        r = run(
+            "bench",
+            "--list",
+            "--shapes",
+            "512x512,1024x1024",
+            "--shapes",
+            "64x64",
+            "--ops",
+            "fused,copy",
+            "--groups",
+            "010,4",
+        )
         where = self.check_clean(r, 0, prefix="mxq bench:")
         for shape in ("512x512", "1024x1024", "64x64"):
             self.assertIn(f"main    copy       {shape} ", r.stdout, where)
