@@ -89,45 +89,36 @@ CLI::Validator whole_number(int min, int max) {
       "INT in [" + range + "]", "whole number");
 }
 
+// "a,b,,c" as {"a", "b", "", "c"}: empty entries kept, for comma_list to refuse.
+std::vector<std::string> split_commas(const std::string& text) {
+  std::vector<std::string> items;
+  for (size_t start = 0;;) {
+    const size_t end = text.find(',', start);
+    items.push_back(text.substr(start, end == std::string::npos ? end : end - start));
+    if (end == std::string::npos) return items;
+    start = end + 1;
+  }
+}
+
 // CLI11's own list splitting (delimiter) drops empty entries without a word: "--ops fused," ran
 // fused alone, "--shapes 64x64,,128x128" two shapes. So a list option takes each value whole, and
 // this validator checks every entry with `entry` (rewriting it as `entry` does: whole_number) and
-// refuses empty ones; entries() splits the checked values after parsing.
+// refuses empty ones; the values are split after parsing.
 CLI::Validator comma_list(CLI::Validator entry) {
-  const std::string description = entry.get_description();
   return CLI::Validator(
       [entry](std::string& text) {
         if (text.empty()) return std::string("expected a comma-separated list, got nothing");
         std::string checked;
-        size_t start = 0;
-        for (;;) {
-          const size_t end = text.find(',', start);
-          std::string item = text.substr(start, end == std::string::npos ? end : end - start);
+        for (std::string item : split_commas(text)) {
           if (item.empty()) return "empty entry in the list \"" + text + "\"";
           const std::string why = entry(item);
           if (!why.empty()) return why;
           checked += (checked.empty() ? "" : ",") + item;
-          if (end == std::string::npos) break;
-          start = end + 1;
         }
         text = checked;
         return std::string();
       },
-      description + "[,...]", "comma list");
-}
-
-// The entries of comma-list values checked by comma_list.
-std::vector<std::string> entries(const std::vector<std::string>& lists) {
-  std::vector<std::string> out;
-  for (const std::string& list : lists) {
-    for (size_t start = 0;;) {
-      const size_t end = list.find(',', start);
-      out.push_back(list.substr(start, end == std::string::npos ? end : end - start));
-      if (end == std::string::npos) break;
-      start = end + 1;
-    }
-  }
-  return out;
+      entry.get_description() + "[,...]", "comma list");
 }
 
 std::string op_list() {
@@ -304,6 +295,14 @@ int run_info() {
 
 int run_bench_command(BenchOptions o, const Args& a, bool groups_given) {
 #if defined(MXQ_WITH_CUDA)
+  // The entries of the list options' values (each checked by comma_list).
+  const auto entries = [](const std::vector<std::string>& lists) {
+    std::vector<std::string> out;
+    for (const std::string& list : lists) {
+      for (std::string& item : split_commas(list)) out.push_back(std::move(item));
+    }
+    return out;
+  };
   for (const auto& s : entries(a.bench_shapes)) o.shapes.push_back(parse_shape(s));
   for (const auto& name : entries(a.bench_ops)) o.ops.push_back(*parse_op(name));
   if (groups_given) {
