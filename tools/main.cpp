@@ -89,6 +89,12 @@ CLI::Validator whole_number(int min, int max) {
       "INT in [" + range + "]", "whole number");
 }
 
+std::string join_commas(const std::vector<std::string>& items) {
+  std::string text;
+  for (const std::string& item : items) text += (text.empty() ? "" : ",") + item;
+  return text;
+}
+
 // "a,b,,c" as {"a", "b", "", "c"}: empty entries kept, for comma_list to refuse.
 std::vector<std::string> split_commas(const std::string& text) {
   std::vector<std::string> items;
@@ -108,29 +114,16 @@ CLI::Validator comma_list(CLI::Validator entry) {
   return CLI::Validator(
       [entry](std::string& text) {
         if (text.empty()) return std::string("expected a comma-separated list, got nothing");
-        std::string checked;
-        for (std::string item : split_commas(text)) {
+        std::vector<std::string> items = split_commas(text);
+        for (std::string& item : items) {
           if (item.empty()) return "empty entry in the list \"" + text + "\"";
           const std::string why = entry(item);
           if (!why.empty()) return why;
-          checked += (checked.empty() ? "" : ",") + item;
         }
-        text = checked;
+        text = join_commas(items);
         return std::string();
       },
       entry.get_description() + "[,...]", "comma list");
-}
-
-std::string op_list() {
-  std::string names;
-  for (Op op : kAllOps) names += std::string(names.empty() ? "" : ",") + op_name(op);
-  return names;
-}
-
-std::string set_list() {
-  std::string names;
-  for (BenchSet s : kAllSets) names += std::string(names.empty() ? "" : ",") + set_name(s);
-  return names;
 }
 
 constexpr const char* kExitCodes =
@@ -207,7 +200,7 @@ void add_bench(CLI::App& app, Args& a) {
       std::string(kExitCodes));
   std::vector<std::string> set_names;
   for (BenchSet s : kAllSets) set_names.push_back(set_name(s));
-  bench->add_option("--sets", a.bench_sets, "Comma-separated case sets: " + set_list())
+  bench->add_option("--sets", a.bench_sets, "Comma-separated case sets: " + join_commas(set_names))
       ->transform(comma_list(CLI::IsMember(set_names)));
   bench
       ->add_option("--shapes", a.bench_shapes,
@@ -219,17 +212,17 @@ void add_bench(CLI::App& app, Args& a) {
   for (Op op : kAllOps) names.push_back(op_name(op));
   bench
       ->add_option("--ops", a.bench_ops,
-                   "Comma-separated ops: " + op_list() +
+                   "Comma-separated ops: " + join_commas(names) +
                        " (default all; probe and copy run in the main set only, dense, bf16)")
       ->transform(comma_list(CLI::IsMember(names)));
-  std::string default_groups;
-  for (int g : o.groups) default_groups += (default_groups.empty() ? "" : ",") + std::to_string(g);
+  std::vector<std::string> default_groups;
+  for (int g : o.groups) default_groups.push_back(std::to_string(g));
   bench
       ->add_option("--groups", a.bench_groups,
                    "The main set's comma-separated group counts (random 32-multiple sizes; dense "
                    "always runs)")
       ->transform(comma_list(whole_number(1, kMaxGroups)))
-      ->default_str(default_groups);
+      ->default_str(join_commas(default_groups));
   bench->add_flag("--no-dense", o.no_dense, "Skip the dense runs of the main and grouped sets");
   bench
       ->add_option(
@@ -293,8 +286,9 @@ int run_info() {
   return kExitOk;
 }
 
-int run_bench_command(BenchOptions o, const Args& a, bool groups_given) {
+int run_bench_command(BenchOptions o, const Args& a) {
 #if defined(MXQ_WITH_CUDA)
+  const bool groups_given = !a.bench_groups.empty();  // comma_list refuses an empty value
   // The entries of the list options' values (each checked by comma_list).
   const auto entries = [](const std::vector<std::string>& lists) {
     std::vector<std::string> out;
@@ -317,7 +311,7 @@ int run_bench_command(BenchOptions o, const Args& a, bool groups_given) {
   if (o.quick && !groups_given) o.groups = {8};
   return run_bench(o);
 #else
-  (void)o, (void)a, (void)groups_given;
+  (void)o, (void)a;
   throw ToolError(
       "this build has no CUDA (nvcc was not found at configure time); rebuild on a machine with "
       "the CUDA toolkit. `mxq demo` runs the CPU reference.",
@@ -369,8 +363,7 @@ int dispatch(CLI::App& app, Args& a, const std::string& prefix) {
     }
     if (app.got_subcommand("bench")) {
       a.bench.seed = parse_seed(a.bench_seed);
-      const bool groups_given = app.get_subcommand("bench")->count("--groups") > 0;
-      return run_bench_command(a.bench, a, groups_given);
+      return run_bench_command(a.bench, a);
     }
     if (app.got_subcommand("version")) {
       std::cout << "mxq " << version() << "\n";
