@@ -22,8 +22,9 @@ namespace mxq::kernels {
 // completed and its writes are visible. So every read and write happens when it would after a plain
 // launch; what is saved is part of the gap between two kernels. The kernels do not let their own
 // dependents in earlier (griddepcontrol.launch_dependents): measured, that made the composed path
-// up to 8% slower (docs/performance.md, "Programmatic dependent launch"). Captured in a CUDA graph,
-// the dependency becomes a programmatic edge.
+// up to 8% slower, even when limited to launches under one wave (docs/performance.md, "Programmatic
+// dependent launch" and the variants table). Captured in a CUDA graph, the dependency becomes a
+// programmatic edge.
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), unsigned ctas, int threads, int smem_bytes,
                       cudaStream_t stream, const Args&... args) {
