@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build everything once (core, CLI, C++ tests, fuzz driver and the torch
 # extension against the machine's torch), then the steps asked for, each logged to $OUT.
-# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [train] [sanitize] ...
+# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [train] [sanitize] [profile] ...
 #        (default: build tests fuzz python bench eager train)
-# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS, TRAIN_ARGS, SANITIZE_* (sanitize.sh).
+# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS, TRAIN_ARGS, SANITIZE_* (sanitize.sh),
+#              PROFILE_ARGS, PROFILE_KERNEL, PROFILE_CACHE (the profile step).
 # Dependencies the device cannot download (GoogleTest sources, CLI11 headers) travel in .deps/ (docs/development.md).
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
@@ -77,6 +78,20 @@ fi
 if has eager; then
   log "eager"
   python3 benchmarks/eager.py --breakdown --json "$OUT/eager.json" 2>&1 | tee "$OUT/eager.log" | tail -30 || status=1
+fi
+
+if has profile; then
+  log "profile"
+  # ncu warp sampling per SASS instruction of one bench case, summed over 5 launches and cut into phases
+  # (benchmarks/sass_profile.py). PROFILE_ARGS: the case (mxq bench options); PROFILE_KERNEL: the kernel (a regex
+  # for ncu -k); PROFILE_CACHE: none (caches as a run of calls leaves them) or all (flushed before each launch,
+  # ncu's default: instruction and constant fetches start cold).
+  ncu --section SourceCounters --warp-sampling-interval 0 --clock-control none --cache-control "${PROFILE_CACHE:-none}" \
+    --launch-skip 100 --launch-count 5 -k "regex:${PROFILE_KERNEL:-quantize_tile_kernel}" -f -o "$OUT/profile" \
+    "$BUILD"/tools/mxq bench ${PROFILE_ARGS:---shapes 512x4096 --ops fused} --replays 30 --no-verify --json - \
+    >"$OUT/profile.log" 2>&1 || { tail -5 "$OUT/profile.log"; status=1; }
+  ncu --import "$OUT/profile.ncu-rep" --page source --csv --print-source sass >"$OUT/profile.csv" 2>>"$OUT/profile.log" &&
+    python3 benchmarks/sass_profile.py "$OUT/profile.csv" | tee "$OUT/profile.txt" || status=1
 fi
 
 if has train; then
