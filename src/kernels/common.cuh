@@ -22,7 +22,7 @@ namespace mxq::kernels {
 // completed and its writes are visible. So every read and write happens when it would after a plain
 // launch; what is saved is part of the gap between two kernels. The kernels do not let their own
 // dependents in earlier (griddepcontrol.launch_dependents): measured, that made the composed path
-// up to 8% slower, even when limited to launches under one wave (docs/performance.md, "Programmatic
+// up to 9% slower, even when limited to launches under one wave (docs/performance.md, "Programmatic
 // dependent launch" and the variants table). Captured in a CUDA graph, the dependency becomes a
 // programmatic edge.
 template <typename... Params, typename... Args>
