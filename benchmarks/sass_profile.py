@@ -78,6 +78,8 @@ def read_source_csv(path: str) -> Profile:
         missing = [c for c in ("Source", SAMPLES, EXECUTED) if c not in header]
         if missing:
             raise ValueError(f"{path}: no {', '.join(map(repr, missing))} column (ncu --section SourceCounters)")
+        if any(len(r) != len(header) for r in rows):
+            raise ValueError(f"{path}: a row of {name!r} does not have the header's {len(header)} columns")
         if rows == previous:
             continue
         previous = rows
@@ -100,7 +102,8 @@ def read_source_csv(path: str) -> Profile:
 
 
 def is_landmark(source: str) -> bool:
-    opcode = source.split()[1] if source.startswith("@") else source.split()[0] if source else ""
+    words = source.split()
+    opcode = words[1] if words and words[0].startswith("@") and len(words) > 1 else words[0] if words else ""
     return any(opcode == m or opcode.startswith(m + ".") for m in LANDMARKS)
 
 

@@ -107,3 +107,7 @@ def test_unreadable_input_is_one_clear_error(tmp_path, capsys):
     no_sampling.write_text('"Kernel Name","k",""\n"Address","Source"\n"0x0","EXIT"\n')
     with pytest.raises(ValueError, match="SourceCounters"):
         sass_profile.read_source_csv(str(no_sampling))
+    short = pathlib.Path(write_csv(tmp_path, [LAUNCH_A]))
+    short.write_text(short.read_text().rsplit(",", 1)[0] + "\n")
+    with pytest.raises(ValueError, match="columns"):
+        sass_profile.read_source_csv(str(short))
