@@ -41,7 +41,7 @@ class Instruction:
 @dataclass
 class Profile:
     kernel: str
-    launches: int
+    launches: int  # at least 1 (read_source_csv refuses a file without one)
     instructions: list[Instruction]
 
     @property
@@ -136,7 +136,7 @@ def phases(profile: Profile, reasons: int = 6) -> list[Phase]:
                 b,
                 ins[a].source,
                 100.0 * samples / total,
-                max(x.executed for x in ins[a:b]) // max(profile.launches, 1),
+                max(x.executed for x in ins[a:b]) // profile.launches,
                 [(k, 100.0 * v / total) for k, v in stalls.most_common(reasons)],
             )
         )
@@ -146,7 +146,7 @@ def phases(profile: Profile, reasons: int = 6) -> list[Phase]:
 def report(profile: Profile, top: int = 15) -> str:
     total = profile.samples
     lines = [
-        f"{profile.kernel}",
+        profile.kernel,
         f"{profile.launches} launches, {len(profile.instructions)} instructions, {total} samples",
     ]
     lines.append(f"{'phase [first, end)':>20}  {'opened by':34} {'share':>6} {'reached':>8}  stalls (% of all samples)")
@@ -159,7 +159,7 @@ def report(profile: Profile, top: int = 15) -> str:
         x = profile.instructions[i]
         stalls = " ".join(f"{k} {v}" for k, v in x.stalls.most_common(3))
         share = 100.0 * x.samples / (total or 1)
-        lines.append(f"{i:6d}  {x.source[:50]:50} {share:5.1f}% {x.executed // max(profile.launches, 1):7d}  {stalls}")
+        lines.append(f"{i:6d}  {x.source[:50]:50} {share:5.1f}% {x.executed // profile.launches:7d}  {stalls}")
     return "\n".join(lines)
 
 
