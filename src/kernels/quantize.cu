@@ -42,7 +42,9 @@
 //   offs (common.cuh scan_groups: warp scans, no table, no CTA barrier; cheaper than a second
 //   launch) and plans the places of the tile's scale chunks (scales.cuh plan_tile_places) while
 //   its own tile loads are in flight and the other warps go on with their rows; the barrier after
-//   the rowwise phase publishes them.
+//   the rowwise phase publishes them. Launches under one wave (64-row tiles) plan before their
+//   loads instead: there every CTA issues its loads at once, and a plan behind them cost the
+//   grouped launch 10% (docs/performance.md, "Grouped launches under one wave").
 //   docs/performance.md has what the earlier forms cost (every storing thread searching a shared
 //   table; a table built by the whole CTA with 7 barriers).
 // - The loads are cp.async, not ld.global into registers and st.shared: the same bytes in flight,
@@ -311,6 +313,16 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   const int row0 = warp * Cfg::kRowsPerWarp + lane / Cfg::kChunksPerRow;
   constexpr int kLoadStep = 32 / Cfg::kChunksPerRow;  // 2 rows per warp instruction
   const bool chunk_in = chunk * Cfg::kChunk < cols;
+  // Grouped: warp 0 plans the tile's scale places, before its loads in a launch under one wave
+  // (kRows 64), else while they are in flight; the other warps go on, the barrier after rowwise
+  // publishes the places.
+  __shared__ TilePlaces places;
+  constexpr bool kPlanFirst = kRows < kTile;
+  const auto plan = [&, m0 = m0, k0 = k0] {
+    plan_tile_places<Cfg::kChunks>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
+                                   kCol == ColScales::kKGroups);
+  };
+  if (kGrouped && kPlanFirst && warp == 0) plan();
   const uint16_t* x = p.x + (m0 + row0) * p.K + k0 + chunk * Cfg::kChunk;
   const int64_t load_step = kLoadStep * p.K;
   const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
@@ -321,13 +333,7 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
     ptx::cp_async_cg_16(&smem.tile[row][chunk ^ load_key], in ? x : p.x, in);
     x += load_step;
   }
-  // Grouped: warp 0 plans the tile's scale places while its loads are in flight; the other warps
-  // go on, the barrier after rowwise publishes the places.
-  __shared__ TilePlaces places;
-  if (kGrouped && warp == 0) {
-    plan_tile_places<Cfg::kChunks>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, kRowwise,
-                                   kCol == ColScales::kKGroups);
-  }
+  if (kGrouped && !kPlanFirst && warp == 0) plan();
   // 64-row tiles with colwise outputs: each thread stores its own scale bytes (its row block's and
   // its column block's), so no atom is staged and no barrier follows the colwise pass (0.97x the
   // fused time at 512x4096; the rowwise-only kernel lost 2-3% and keeps its atom). The dense places
