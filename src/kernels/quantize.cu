@@ -49,8 +49,9 @@
 //   table; a table built by the whole CTA with 7 barriers).
 // - The loads are cp.async, not ld.global into registers and st.shared: the same bytes in flight,
 //   but no registers wait for them and no store pass follows, and grouped warp 0's planning hides
-//   behind its loads (in launches of more than one wave) instead of following them. On the H200 that took fused from 85-88% to 88-92%
-//   of the copy roof, rowwise and colwise alone to ~100% (docs/performance.md).
+//   behind its loads (in launches of more than one wave) instead of following them. On the H200
+//   that took fused from 85-88% to 88-92% of the copy roof, rowwise and colwise alone to ~100%
+//   (docs/performance.md).
 // - Plain stores: with the cp.async loads, .cs stores no longer paid here (common.cuh store16).
 // - q_col is stored straight from registers as whole 32-byte sectors (neighbour lanes exchange
 //   half a block): no transposed staging tile, no extra barrier. This is what took fused from
