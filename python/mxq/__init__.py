@@ -7,10 +7,12 @@ and Meta impls; see torch_ext/ops.cpp). The typed Python API:
     mxq.dequantize(q, scales, offs=None, *, layout="blocked")   # also dequantize_rowwise / dequantize_colwise
     mxq.validate_offs(offs, M)
     mxq.quantize_weight(w, *, scaling_mode="rceil", weight_scaling="32x32", rowwise=True, colwise=True)
-    mxq.MXFP8Linear(...)                      # mxq.linear; mxq.mxfp8_linear(x, weight, bias, ...) functional
-    mxq.grouped_mm(x, w, offs, ...)           # mxq.moe: MXFP8 grouped GEMM (MoE experts), autograd
+    mxq.MXFP8Config(...)                      # the training recipe; mxq.MXFP8Config.recipe("mxfp8_rceil")
+    mxq.MXFP8Linear(..., config=None)         # mxq.linear; mxq.mxfp8_linear(x, weight, bias, config=None)
+    mxq.grouped_mm(x, w, offs, config=None)   # mxq.moe: MXFP8 grouped GEMM (MoE experts, groups of any size)
     mxq.MXFP8GroupedExperts(...)              # mxq.moe; mxq.GroupedExperts is the bf16 reference module
-    mxq.nn.convert(model, ...)                # swap nn.Linear / expert modules in place (docs/training.md)
+    mxq.nn.convert(model, config=None)        # linears and expert modules to MXFP8, in place (docs/training.md)
+    mxq.integrations.torchtitan               # TorchTitan's model converter (imports torchtitan; not loaded here)
     mxq.testing                               # a pure-torch reference written from docs/numerics.md
 
 Set MXQ_TORCH_LIBRARY to a built libmxq_torch.so to use a build tree instead of the installed library.
@@ -52,6 +54,7 @@ def _load_extension() -> str:
 _library_path = _load_extension()
 
 from . import nn, testing
+from .config import MXFP8Config
 from .linear import MXFP8Linear, mxfp8_linear
 from .moe import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
 from .ops import (
@@ -68,6 +71,7 @@ from .ops import (
 
 __all__ = [
     "GroupedExperts",
+    "MXFP8Config",
     "MXFP8GroupedExperts",
     "MXFP8Linear",
     "MXTensors",

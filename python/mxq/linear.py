@@ -5,7 +5,8 @@
     dgrad    dx = dy W   dy rowwise (along N)           W colwise (along N)
     wgrad    dW = dyᵀ x  dy colwise (32x1 along M)      x colwise (32x1 along M)
 
-Activations and gradients always use 1x32 blocks (x, dy). The weight policy is ``weight_scaling``:
+The recipe is a :class:`mxq.MXFP8Config` (``config=``; python/mxq/config.py). Activations and gradients always use
+1x32 blocks (x, dy). The weight policy is its ``weight_scaling``:
 
 - ``"32x32"`` (default, the recipe's): one E8M0 scale per 32x32 tile of W, so every weight value is quantized once
   and the same e4m3 byte serves the forward GEMM (W rowwise along K) and dgrad (W colwise along N);
@@ -25,7 +26,7 @@ GEMM: every product has the form A (R, C) · B (P, C)ᵀ with both operands quan
 ``torch._scaled_mm`` with the blocked E8M0 scales; below SM100 (and on the CPU) there is no MX GEMM, so an emulated
 GEMM dequantizes both operands with mxq's own ``dequantize`` op and runs a bf16 matmul (fp32 accumulation). The
 capability is checked up front from the device (``gemm="auto"``), never by catching an error; ``gemm="emulated"``
-forces the emulation anywhere, ``gemm="scaled_mm"`` forces the native GEMM.
+forces the emulation anywhere, ``gemm="native"`` forces the native GEMM.
 
 Shapes: in_features K and out_features N must be multiples of 32 (checked at construction), and so must the
 flattened token count M (checked at every call). Nothing is padded and nothing falls back silently: an unsupported
@@ -42,15 +43,11 @@ import torch
 from torch import Tensor, nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
+from .config import MXFP8Config, check_config
 from .ops import check_type
 
 _ops = torch.ops.mxq
 BLOCK = 32
-BACKENDS = ("fused", "composed")
-X_COLWISE = ("high_precision", "quantized")
-GEMMS = ("auto", "emulated", "scaled_mm")
-WEIGHT_SCALINGS = ("32x32", "1x32")
-SCALING_MODES = ("rceil", "floor")
 
 
 def round_up(v: int, m: int) -> int:
@@ -63,31 +60,17 @@ def native_mx_gemm(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 10
 
 
-def check_choice(owner: str, name: str, value, choices) -> None:
-    """TypeError for a value that is not a str, ValueError for a str outside ``choices``."""
-    check_type(owner, name, value, str)
-    if value not in choices:
-        quoted = [f'"{c}"' for c in choices]
-        listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-        raise ValueError(f"{owner}: {name} must be {listed}, got {value!r}")
-
-
-def check_options(
-    owner: str,
-    weight_scaling: str,
-    activation_quantization_backend: str,
-    x_colwise: str,
-    scaling_mode: str,
-    gemm: str,
-    gemms: tuple[str, ...] = GEMMS,
-) -> None:
-    """The MXFP8 options every layer and GEMM entry point takes, each against its choices (``gemm`` against
-    ``gemms``, which differ for grouped GEMMs): ValueError naming the owner, the option and the value."""
-    check_choice(owner, "weight_scaling", weight_scaling, WEIGHT_SCALINGS)
-    check_choice(owner, "activation_quantization_backend", activation_quantization_backend, BACKENDS)
-    check_choice(owner, "x_colwise", x_colwise, X_COLWISE)
-    check_choice(owner, "scaling_mode", scaling_mode, SCALING_MODES)
-    check_choice(owner, "gemm", gemm, gemms)
+def use_native_gemm(owner: str, config: MXFP8Config, device: torch.device) -> bool:
+    """Whether ``config``'s GEMMs run natively on ``device``. RuntimeError when the config forces the native GEMM
+    (``gemm="native"``) on a device that has none: a missing capability, said up front instead of torch's error
+    from inside the GEMM."""
+    native = native_mx_gemm(device)
+    if config.gemm == "native" and not native:
+        raise RuntimeError(
+            f'{owner}: gemm="native" needs a CUDA device of compute capability 10.0 or above (MXFP8 GEMMs), got '
+            f'{device}; gemm="auto" picks the emulated GEMM there'
+        )
+    return native and config.gemm != "emulated"
 
 
 def check_float_tensor(owner: str, name: str, t) -> None:
@@ -96,16 +79,6 @@ def check_float_tensor(owner: str, name: str, t) -> None:
     check_type(owner, name, t, Tensor)
     if not t.is_floating_point():
         raise TypeError(f"{owner}: {name} must be a floating-point tensor, got {t.dtype}")
-
-
-def check_native_gemm(owner: str, gemm: str, forced: str, device: torch.device) -> None:
-    """RuntimeError when ``gemm`` forces the native MX GEMM (``forced``) on a device that has none: a missing
-    capability, said up front instead of torch's error from inside the GEMM."""
-    if gemm == forced and not native_mx_gemm(device):
-        raise RuntimeError(
-            f'{owner}: gemm="{forced}" needs a CUDA device of compute capability 10.0 or above (MXFP8 GEMMs), got '
-            f'{device}; gemm="auto" picks the emulated GEMM there'
-        )
 
 
 def check_multiple_of_32(owner: str, name: str, value: int, hint: str = "") -> None:
@@ -156,11 +129,24 @@ def reuse_quantized_weights():
 
 def layer_weight_operands(weight: Tensor, w: Tensor, scaling_mode: str, weight_scaling: str):
     """Both axes' operands of the layer weight ``weight`` (``w``: its bf16 contiguous form) from the
-    :func:`reuse_quantized_weights` cache, or None outside such a block (the layer then quantizes it itself)."""
+    :func:`reuse_quantized_weights` cache, or None outside such a block (the layer then quantizes it itself).
+
+    Only a leaf tensor (a parameter, or a detached tensor) is cached: a computed weight (a cast of an fp32 master
+    weight, say) is a new tensor every call. A view that covers its base exactly (a transpose of a transpose, as
+    TorchTitan's grouped-GEMM seam hands its experts' weights back) stands for the base."""
     if torch.compiler.is_compiling():
         return None
     cache = getattr(_reuse, "cache", None)
     if cache is None or (w.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return None
+    base = weight._base
+    if base is not None and (base.shape, base.stride(), base.data_ptr()) == (
+        weight.shape,
+        weight.stride(),
+        weight.data_ptr(),
+    ):
+        weight = base
+    if weight.grad_fn is not None:
         return None
     key = (id(weight), scaling_mode, weight_scaling)
     stamp = (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape), weight.device)
@@ -180,10 +166,10 @@ def blocked_scales(s: Tensor, rows: int, cols: int) -> Tensor:
     return s.reshape(round_up(rows, 128), round_up(cols // BLOCK, 4))
 
 
-def mx_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, gemm: str = "auto") -> Tensor:
+def mx_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, native: bool) -> Tensor:
     """bf16 (R, P) = A · Bᵀ for MXFP8 A (R, C) and B (P, C), both contiguous e4m3 quantized along C, with blocked
-    scales of their (R, C/32) and (P, C/32) blocks."""
-    if gemm == "scaled_mm" or (gemm == "auto" and native_mx_gemm(qa.device)):
+    scales of their (R, C/32) and (P, C/32) blocks: torch._scaled_mm when ``native``, else emulated."""
+    if native:
         # B must be column-major: qb.t() is (C, P) with strides (1, C).
         return torch._scaled_mm(qa, qb.t(), sa.reshape(-1), sb.reshape(-1), out_dtype=torch.bfloat16)
     a = _ops.dequantize(qa, blocked_scales(sa, *qa.shape), None, "blocked")
@@ -197,24 +183,15 @@ def dual_quantize(t: Tensor, backend: str, scaling_mode: str, offs: Tensor | Non
     return op(t, BLOCK, scaling_mode, offs)
 
 
-class MXFP8Options:
-    """What the MXFP8 layers (:class:`MXFP8Linear`, :class:`mxq.MXFP8GroupedExperts`) share: their options are the
-    attributes named in ``OPTIONS``, set by the constructor (after :func:`check_options`) and read at every call."""
-
-    OPTIONS = ("weight_scaling", "activation_quantization_backend", "x_colwise", "scaling_mode", "gemm")
-
-    def config(self) -> dict:
-        """The MXFP8 options of this layer, as keyword arguments of the constructor."""
-        return {name: getattr(self, name) for name in self.OPTIONS}
-
-    def extra_repr(self) -> str:
-        opts = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
-        return f"{super().extra_repr()}, {opts}"
+def recipe_args(config: MXFP8Config) -> tuple[str, str, str, str]:
+    """What the autograd functions take of a config, as plain strings (torch.compile traces them as constants):
+    (activation_quantization_backend, x_colwise, scaling_mode, weight_scaling)."""
+    return config.activation_quantization_backend, config.x_colwise, config.scaling_mode, config.weight_scaling
 
 
 class _MXFP8LinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, w_operands, backend, x_colwise, scaling_mode, weight_scaling, gemm):
+    def forward(ctx, x, w, w_operands, backend, x_colwise, scaling_mode, weight_scaling, native):
         # x (M, K), w (N, K), both bf16 contiguous; w_operands: w's, from reuse_quantized_weights, or None.
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if x_colwise == "quantized" and need_dw:
@@ -227,12 +204,12 @@ class _MXFP8LinearFunction(torch.autograd.Function):
         q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
         w_saved = (q_w_col, s_w_col) if need_dx else ()
         ctx.save_for_backward(*x_saved, *w_saved)
-        ctx.config = (backend, x_colwise, scaling_mode, gemm, len(x_saved), need_dx, need_dw)
-        return mx_gemm(q_x, s_x, q_w, s_w, gemm)  # (M, N)
+        ctx.config = (backend, scaling_mode, native, len(x_saved), need_dx, need_dw)
+        return mx_gemm(q_x, s_x, q_w, s_w, native)  # (M, N)
 
     @staticmethod
     def backward(ctx, dy):
-        backend, _, scaling_mode, gemm, n_x, need_dx, need_dw = ctx.config
+        backend, scaling_mode, native, n_x, need_dx, need_dw = ctx.config
         saved = ctx.saved_tensors
         x_saved, w_saved = saved[:n_x], saved[n_x:]
         dy = dy.to(torch.bfloat16).contiguous()  # a non-contiguous dy (e.g. from a transpose) is copied here
@@ -240,35 +217,26 @@ class _MXFP8LinearFunction(torch.autograd.Function):
         dx = dw = None
         if need_dx:
             q_w_col, s_w_col = w_saved  # q_w_col.t(): the physical (K, N) array, quantized along N
-            dx = mx_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, gemm)  # (M, N) · (K, N)ᵀ = (M, K)
+            dx = mx_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, native)  # (M, N) · (K, N)ᵀ = (M, K)
         if need_dw:
             if len(x_saved) == 2:
                 q_x_col, s_x_col = x_saved
             else:
                 q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, None)  # physical (K, M)
-            dw = mx_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, gemm)  # (N, M) · (K, M)ᵀ = (N, K)
+            dw = mx_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, native)  # (N, M) · (K, M)ᵀ = (N, K)
         return dx, dw, None, None, None, None, None, None
 
 
-def mxfp8_linear(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    weight_scaling: str = "32x32",
-    activation_quantization_backend: str = "fused",
-    x_colwise: str = "high_precision",
-    scaling_mode: str = "rceil",
-    gemm: str = "auto",
-) -> Tensor:
-    """Functional MXFP8 linear: bf16 ``x Wᵀ + b`` for x (..., K) and weight (N, K); see the module docstring.
+def mxfp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, config: MXFP8Config | None = None) -> Tensor:
+    """Functional MXFP8 linear: bf16 ``x Wᵀ + b`` for x (..., K) and weight (N, K), with the recipe ``config``
+    (default: ``mxq.MXFP8Config()``); see the module docstring.
 
     Raises ValueError when K, N or the token count (the product of x's leading dims) is not a multiple of 32,
-    when x's last dim is not the weight's K, for a bias not of shape (N,), tensors on different devices, or an
-    option outside its choices; TypeError for an argument that is not a floating-point tensor (or an option not a
-    str); RuntimeError for ``gemm="scaled_mm"`` on a device without MXFP8 GEMMs."""
+    when x's last dim is not the weight's K, for a bias not of shape (N,) or tensors on different devices;
+    TypeError for an argument that is not a floating-point tensor or a config that is not a MXFP8Config;
+    RuntimeError for ``gemm="native"`` on a device without MXFP8 GEMMs."""
     owner = "mxq.mxfp8_linear"
-    check_options(owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm)
+    config = check_config(owner, config)
     check_float_tensor(owner, "x", x)
     check_float_tensor(owner, "weight", weight)
     if bias is not None:
@@ -292,31 +260,31 @@ def mxfp8_linear(
     devices = [t.device for t in (x, weight, bias) if t is not None]
     if any(d != x.device for d in devices):
         raise ValueError(f"{owner}: x, weight and bias must be on one device, got {', '.join(map(str, devices))}")
-    check_native_gemm(owner, gemm, "scaled_mm", x.device)
+    native = use_native_gemm(owner, config, x.device)
     x2 = x.reshape(M, K).to(torch.bfloat16).contiguous()
     w = weight.to(torch.bfloat16).contiguous()
     y = _MXFP8LinearFunction.apply(
         x2,
         w,
-        layer_weight_operands(weight, w, scaling_mode, weight_scaling),
-        activation_quantization_backend,
-        x_colwise,
-        scaling_mode,
-        weight_scaling,
-        gemm,
+        layer_weight_operands(weight, w, config.scaling_mode, config.weight_scaling),
+        *recipe_args(config),
+        native,
     )
     if bias is not None:
         y = y + bias.to(y.dtype)
     return y.reshape(*lead, N)
 
 
-class MXFP8Linear(MXFP8Options, nn.Linear):
-    """Drop-in nn.Linear whose three GEMMs run on MXFP8 operands quantized by mxq (see the module docstring).
+class MXFP8Linear(nn.Linear):
+    """Drop-in nn.Linear whose three GEMMs run on MXFP8 operands quantized by mxq with the recipe ``config``
+    (default: ``mxq.MXFP8Config()``), kept as ``self.mxfp8_config``; see the module docstring.
 
     Inputs and weights are cast to bf16 for quantization (fp32 master weights keep their dtype; the cast is part of
     the autograd graph); the output is bf16. in_features and out_features must be multiples of 32 (ValueError here);
     the token count must be a multiple of 32 at every call (ValueError there).
     """
+
+    mxfp8_config: MXFP8Config
 
     def __init__(
         self,
@@ -326,34 +294,27 @@ class MXFP8Linear(MXFP8Options, nn.Linear):
         device=None,
         dtype=None,
         *,
-        weight_scaling: str = "32x32",
-        activation_quantization_backend: str = "fused",
-        x_colwise: str = "high_precision",
-        scaling_mode: str = "rceil",
-        gemm: str = "auto",
+        config: MXFP8Config | None = None,
     ) -> None:
         check_multiple_of_32("MXFP8Linear", "in_features", in_features)
         check_multiple_of_32("MXFP8Linear", "out_features", out_features)
-        check_options("MXFP8Linear", weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm)
+        config = check_config("MXFP8Linear", config)
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
-        self.weight_scaling = weight_scaling
-        self.activation_quantization_backend = activation_quantization_backend
-        self.x_colwise = x_colwise
-        self.scaling_mode = scaling_mode
-        self.gemm = gemm
+        self.mxfp8_config = config
 
     @classmethod
-    def from_linear(cls, linear: nn.Linear, *, share_parameters: bool = False, **kwargs) -> MXFP8Linear:
+    def from_linear(
+        cls, linear: nn.Linear, *, share_parameters: bool = False, config: MXFP8Config | None = None
+    ) -> MXFP8Linear:
         """An MXFP8Linear with ``linear``'s weight and bias: copies of them (default), or with
-        ``share_parameters=True`` the very same Parameter objects (what :func:`mxq.nn.convert` does, so optimizers
-        and tied weights keep working)."""
+        ``share_parameters=True`` the very same Parameter objects (so optimizers and tied weights keep working)."""
         m = cls(
             linear.in_features,
             linear.out_features,
             bias=linear.bias is not None,
             device="meta" if share_parameters else linear.weight.device,
             dtype=linear.weight.dtype,
-            **kwargs,
+            config=config,
         )
         if share_parameters:
             m.weight = linear.weight
@@ -375,4 +336,7 @@ class MXFP8Linear(MXFP8Options, nn.Linear):
                 f"MXFP8Linear: the token count (the product of the input's leading dims) must be a multiple of "
                 f"{BLOCK}, got {M} for input shape {tuple(x.shape)}; pad the batch (mxq pads nothing itself)"
             )
-        return mxfp8_linear(x, self.weight, self.bias, **self.config())
+        return mxfp8_linear(x, self.weight, self.bias, config=self.mxfp8_config)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, config={self.mxfp8_config}"

@@ -1,9 +1,12 @@
 """MXFP8 grouped GEMM for MoE experts: ``mxq.grouped_mm`` and the ``MXFP8GroupedExperts`` module (docs/training.md).
 
 ``grouped_mm(x, w, offs)``: x (M, K) holds tokens sorted by expert, w (G, N, K) one (N, K) weight per expert, offs (G,)
-int32 the cumulative group ends along M (docs/numerics.md §6: multiples of 32, non-decreasing, at most M; equal
-neighbours are an empty group; rows past offs[-1] are the padding tail). y (M, N) bf16, y_g = x_g · W_gᵀ; tail rows of
-y are 0 and their rows of dx are 0; an empty group's dW_g is 0. Operands and layouts, per GEMM:
+int32 the cumulative group ends along M (non-decreasing, at most M; equal neighbours are an empty group; rows past
+offs[-1] are the uncovered tail). Groups may have **any size**: the rows are padded on the device to the MXFP8
+alignment of 32 (docs/numerics.md §13's padded row space: a worst-case buffer of roundup(M + 31·G, 32) rows, no host
+sync), the GEMMs run on the padded operands with the padded group ends, and the outputs and gradients come back in the
+caller's row order — bitwise what padding by hand gives. y (M, N) bf16, y_g = x_g · W_gᵀ; tail rows of y are 0 and
+their rows of dx are 0; an empty group's dW_g is 0. Operands and layouts, per GEMM (on the padded rows):
 
     GEMM                         A operand                                  B operand
     forward  y_g  = x_g · W_gᵀ    x rowwise, 1x32 along K, M-groups s_row     W_g rowwise along K (quantize_weight q_row,
@@ -12,23 +15,27 @@ y are 0 and their rows of dx are 0; an empty group's dW_g is 0. Operands and lay
                                                                               per-expert blocked s_col)
     wgrad    dW_g = dy_gᵀ · x_g   dy colwise, 32x1 along M, K-groups s_col    x colwise, 32x1 along M, K-groups s_col
 
-dy is quantized on both axes by one call (fused kernel, or the composed baseline with
-``activation_quantization_backend="composed"``; same bytes). W's two operands come from one ``quantize_weight`` call
-in forward (``weight_scaling="32x32"``, the default: one scale per 32x32 tile, so each weight value has one e4m3 byte
-used by both GEMMs; ``"1x32"``: per-axis blocks); the colwise one is saved for dgrad. ``scaling_mode`` ("rceil" by
-default) is passed explicitly to every op call.
+The recipe is a :class:`mxq.MXFP8Config` (``config=``). dy is quantized on both axes by one call (its
+``activation_quantization_backend``). W's two operands come from one ``quantize_weight`` call in forward (its
+``weight_scaling``); the colwise one is saved for dgrad. Its ``scaling_mode`` is passed explicitly to every op call.
 
 GEMM paths, chosen by a capability check of the device (never by catching a library error):
 
-- CUDA SM100+ (``gemm="auto"`` or ``"scaled_grouped_mm"``): ``torch._scaled_grouped_mm`` on the e4m3 operands with
-  these E8M0 layouts;
+- CUDA SM100+ (``gemm="auto"`` or ``"native"``): ``torch._scaled_grouped_mm`` on the e4m3 operands with these E8M0
+  layouts;
 - everywhere else (``gemm="auto"`` below SM100, the CPU, or ``gemm="emulated"``): each operand is dequantized by mxq's
   own ``dequantize`` op (layout ``"m_groups"`` for rowwise token operands and for the per-expert weight scales,
   ``"k_groups"`` for colwise token operands) and the product runs in bf16 with fp32 accumulation, through
   ``torch._grouped_mm`` where it is available for the device (the CPU, CUDA SM90+), else one matmul per group (which
   reads offs on the host, so it synchronizes).
 
-Expert-module interface (what :func:`mxq.nn.convert` converts; :class:`GroupedExperts` is a bf16 implementation):
+A malformed offs (decreasing, negative, or past M) is never a silent answer: on the CPU it is a ValueError before
+anything runs; on CUDA a device-side assertion fails (no host sync, so it surfaces at the next synchronization as a
+CUDA error and leaves the CUDA context unusable, as an out-of-range index does in torch); ``mxq.validate_offs`` is the
+synchronizing checker for the quantize ops' stricter rule (multiples of 32).
+
+Expert-module interface (``mxq.GroupedExperts`` implements it in bf16; what :func:`mxq.nn.convert` recognizes is in
+mxq.nn's docstring):
 
 - ``mxq_experts``: the string ``"swiglu"`` or ``"linear"`` (class or instance attribute) — the opt-in marker;
 - parameters: ``"swiglu"``: ``w1`` (G, H, D), ``w2`` (G, D, H), ``w3`` (G, H, D); ``"linear"``: ``weight`` (G, N, K);
@@ -46,24 +53,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .config import MXFP8Config, check_choice, check_config
 from .linear import (
     BLOCK,
-    MXFP8Options,
-    check_choice,
     check_float_tensor,
     check_multiple_of_32,
-    check_native_gemm,
-    check_options,
     dual_quantize,
     layer_weight_operands,
-    native_mx_gemm,
+    recipe_args,
     round_up,
+    use_native_gemm,
     weight_operands,
 )
 from .ops import check_type
 
 _ops = torch.ops.mxq
-GROUPED_GEMMS = ("auto", "emulated", "scaled_grouped_mm")
 EXPERT_KINDS = ("swiglu", "linear")
 
 
@@ -80,13 +84,47 @@ def bf16_grouped_mm_available(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def grouped_gemm_path(device: torch.device, gemm: str = "auto") -> str:
+def grouped_gemm_path(device: torch.device, native: bool = False) -> str:
     """The path :func:`grouped_mm` takes on ``device``: ``"scaled_grouped_mm"`` (native MXFP8, CUDA SM100+),
     ``"emulated_grouped_mm"`` (dequantize + torch._grouped_mm) or ``"emulated_per_group"`` (dequantize + one matmul
     per group)."""
-    if gemm == "scaled_grouped_mm" or (gemm == "auto" and native_mx_gemm(device)):
+    if native:
         return "scaled_grouped_mm"
     return "emulated_grouped_mm" if bf16_grouped_mm_available(device) else "emulated_per_group"
+
+
+# ---- groups of any size: the padded row space (docs/numerics.md §13) ----
+
+
+def padded_rows(offs: Tensor, M: int) -> tuple[Tensor, Tensor, int]:
+    """The padded row space of M rows grouped by ``offs`` (any sizes): (offs_p, dest, Mp). Group g's rows move to
+    start at ``P_g = Σ_{j<g} roundup(n_j, 32)`` and are followed by its zero padding rows; ``offs_p`` (G,) int32 are
+    the padded group ends; the caller's tail rows (past offs[-1]) follow offs_p[-1]; ``dest`` (M,) int64 is the
+    padded row of each caller row; ``Mp = roundup(M + 31·G, 32)`` rows hold any offs, so nothing is read on the host.
+
+    A malformed offs (a negative size, a negative start or an end past M) fails a device-side assertion; the indices
+    are clamped into range first, so nothing is read or written outside the buffers before it fires."""
+    G = offs.shape[0]
+    Mp = round_up(M + (BLOCK - 1) * G, BLOCK)
+    ends = offs.long()
+    sizes = torch.diff(ends, prepend=ends.new_zeros(1))
+    torch._assert_async(
+        (sizes.min() >= 0) & (ends[-1] <= M),
+        "mxq.grouped_mm: offs must be non-decreasing, non-negative and at most M",
+    )
+    ends_p = torch.cumsum((sizes + BLOCK - 1) // BLOCK * BLOCK, 0)
+    # Each group's rows (and, last, the tail's) move by one shift: padded start minus start.
+    shift = torch.cat([ends_p - ends, (ends_p[-1:] - ends[-1:])])
+    rows = torch.arange(M, device=offs.device)
+    group = torch.searchsorted(ends, rows, right=True)  # G for the tail
+    dest = (rows + shift[group]).clamp_(0, Mp - 1)
+    return ends_p.to(torch.int32), dest, Mp
+
+
+def _pad(t: Tensor, dest: Tensor, Mp: int) -> Tensor:
+    """(Mp, C): the rows of t (M, C) at their padded places, zeros elsewhere (an exact copy: each row is written
+    once)."""
+    return t.new_zeros(Mp, t.shape[1]).index_copy_(0, dest, t)
 
 
 # ---- masks: the tail rows and the empty groups ----
@@ -131,25 +169,27 @@ def _bf16_grouped(a: Tensor, b: Tensor, offs: Tensor, path: str) -> Tensor:
 
 
 def bf16_grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
-    """The high-precision grouped GEMM with :func:`grouped_mm`'s semantics (differentiable through autograd): bf16
-    y (M, N), y_g = x_g · W_gᵀ, tail rows 0. What :class:`GroupedExperts` runs and what the tests compare against."""
+    """The high-precision grouped GEMM with :func:`grouped_mm`'s semantics (differentiable through autograd; groups of
+    any size, padded the same way): bf16 y (M, N), y_g = x_g · W_gᵀ, tail rows 0. What :class:`GroupedExperts` runs
+    and what the tests compare against."""
     _check_grouped_args("mxq.bf16_grouped_mm", x, w, offs)
+    M = x.shape[0]
+    offs_p, dest, Mp = padded_rows(offs, M)
     # The masks on the inputs make autograd's gradients exact too: torch._grouped_mm's backward leaves the tail rows
     # of dx unwritten (and, on some devices, an empty group's dW).
-    x = _zero_tail(x.to(torch.bfloat16), offs)
-    w = _zero_empty_groups(w.to(torch.bfloat16), offs)
-    path = "emulated_grouped_mm" if bf16_grouped_mm_available(x.device) else "emulated_per_group"
-    if path == "emulated_grouped_mm":
-        y = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+    x = _zero_tail(_pad(x.to(torch.bfloat16), dest, Mp), offs_p)
+    w = _zero_empty_groups(w.to(torch.bfloat16), offs_p)
+    if bf16_grouped_mm_available(x.device):
+        y = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs_p)
     else:
-        ends = offs.tolist()
+        ends = offs_p.tolist()
         ys, start = [], 0
         for g, end in enumerate(ends):
             ys.append(x[start:end] @ w[g].t())
             start = end
-        ys.append(x.new_zeros(x.shape[0] - start, w.shape[1]))
+        ys.append(x.new_zeros(Mp - start, w.shape[1]))
         y = torch.cat(ys)
-    return _zero_tail(y, offs)
+    return _zero_tail(y, offs_p).index_select(0, dest)
 
 
 # ---- MXFP8 operands ----
@@ -200,41 +240,47 @@ def _wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path):
 
 
 class _MXFP8GroupedMM(torch.autograd.Function):
+    """The MXFP8 grouped GEMM on the padded row space: x's rows are moved to their padded places (``dest``) on the
+    way in, y's and dx's rows back on the way out; in backward, dy's rows are padded the same way. Both moves are
+    exact copies, so everything equals padding by hand."""
+
     @staticmethod
     def forward(ctx, x, w, w_operands, offs, backend, x_colwise, scaling_mode, weight_scaling, path):
         # x (M, K), w (G, N, K): bf16 contiguous; w_operands: w's, from reuse_quantized_weights, or None; offs
-        # (G,) int32 on x's device.
+        # (G,) int32 on x's device, groups of any size.
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        offs_p, dest, Mp = padded_rows(offs, x.shape[0])
+        x_p = _pad(x, dest, Mp)
         if x_colwise == "quantized" and need_dw:
-            q_x, s_x, q_x_col, s_x_col = dual_quantize(x, backend, scaling_mode, offs)
+            q_x, s_x, q_x_col, s_x_col = dual_quantize(x_p, backend, scaling_mode, offs_p)
             x_saved = (q_x_col, s_x_col)
         else:
-            q_x, s_x = _ops.quantize_rowwise(x, BLOCK, scaling_mode, offs)
-            x_saved = (x,) if need_dw else ()
+            q_x, s_x = _ops.quantize_rowwise(x_p, BLOCK, scaling_mode, offs_p)
+            x_saved = (x_p,) if need_dw else ()
         q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
         w_saved = (q_w_col, s_w_col) if need_dx else ()
-        ctx.save_for_backward(offs, *x_saved, *w_saved)
-        ctx.config = (backend, scaling_mode, path, len(x_saved), need_dx, need_dw)
-        return _zero_tail(_fwd_gemm(q_x, s_x, q_w, s_w, offs, path), offs)
+        ctx.save_for_backward(offs_p, dest, *x_saved, *w_saved)
+        ctx.config = (backend, scaling_mode, path, Mp, len(x_saved), need_dx, need_dw)
+        return _zero_tail(_fwd_gemm(q_x, s_x, q_w, s_w, offs_p, path), offs_p).index_select(0, dest)
 
     @staticmethod
     def backward(ctx, dy):
-        backend, scaling_mode, path, n_x, need_dx, need_dw = ctx.config
-        offs, *rest = ctx.saved_tensors
+        backend, scaling_mode, path, Mp, n_x, need_dx, need_dw = ctx.config
+        offs_p, dest, *rest = ctx.saved_tensors
         x_saved, w_saved = rest[:n_x], rest[n_x:]
-        dy = dy.to(torch.bfloat16).contiguous()
+        dy_p = _pad(dy.to(torch.bfloat16), dest, Mp)
         # dy on both axes, one call: rowwise with M-groups s_row (dgrad), colwise with K-groups s_col (wgrad).
-        q_dy, s_dy, q_dy_col, s_dy_col = dual_quantize(dy, backend, scaling_mode, offs)
+        q_dy, s_dy, q_dy_col, s_dy_col = dual_quantize(dy_p, backend, scaling_mode, offs_p)
         dx = dw = None
         if need_dx:
             q_w_col, s_w_col = w_saved
-            dx = _zero_tail(_dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, path), offs)
+            dx = _zero_tail(_dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs_p, path), offs_p).index_select(0, dest)
         if need_dw:
             if len(x_saved) == 2:
                 q_x_col, s_x_col = x_saved
             else:
-                q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, offs)
-            dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path), offs)
+                q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, offs_p)
+            dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs_p, path), offs_p)
         return dx, dw, None, None, None, None, None, None, None
 
 
@@ -257,61 +303,46 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
         raise ValueError(f"{owner}: x (M, K) and w (G, N, K) must share K, got x {tuple(x.shape)}, w {tuple(w.shape)}")
     if offs.device != x.device or w.device != x.device:
         raise ValueError(f"{owner}: x, w and offs must be on one device, got {x.device}, {w.device}, {offs.device}")
-    check_multiple_of_32(owner, "the token count M", x.shape[0], f" for x of shape {tuple(x.shape)}")
     check_multiple_of_32(owner, "K", K)
     check_multiple_of_32(owner, "N", N)
     if offs.device.type == "cpu" and not torch.compiler.is_compiling():
-        # The offsets are on the host: check them here, under this op's name (on the GPU the kernels clamp a
-        # malformed offs; mxq.validate_offs is the synchronizing checker).
-        try:
-            _ops.validate_offs(offs, x.shape[0])
-        except ValueError as e:
-            raise ValueError(f"{owner}: {str(e).split(': ', 1)[-1]}") from None
+        # The offsets are on the host: check them here, under this op's name (on the GPU, padded_rows asserts on the
+        # device).
+        ends = offs.tolist()
+        for g, (prev, end) in enumerate(zip([0, *ends], ends)):
+            if end < prev or end > x.shape[0]:
+                rule = f"at most M = {x.shape[0]}" if end > x.shape[0] else f"at least offs[{g - 1}] = {prev}"
+                if g == 0 and end < 0:
+                    rule = "non-negative"
+                raise ValueError(f"{owner}: offs must be non-decreasing group ends in [0, M]: offs[{g}] = {end} is not "
+                                 f"{rule}")
 
 
-def grouped_mm(
-    x: Tensor,
-    w: Tensor,
-    offs: Tensor,
-    *,
-    weight_scaling: str = "32x32",
-    activation_quantization_backend: str = "fused",
-    x_colwise: str = "high_precision",
-    scaling_mode: str = "rceil",
-    gemm: str = "auto",
-) -> Tensor:
-    """MXFP8 grouped GEMM, differentiable: bf16 y (M, N) with y_g = x_g · W_gᵀ (see the module docstring).
+def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None = None) -> Tensor:
+    """MXFP8 grouped GEMM, differentiable: bf16 y (M, N) with y_g = x_g · W_gᵀ (see the module docstring), with the
+    recipe ``config`` (default: ``mxq.MXFP8Config()``).
 
-    x (M, K) tokens sorted by expert, w (G, N, K), offs (G,) int32 cumulative group ends on x's device (multiples of
-    32; empty groups and an uncovered tail allowed; the tail's output and gradient are 0). M, N, K multiples of 32.
-    x and w are cast to bf16 (inside the autograd graph, so fp32 master weights get fp32 gradients).
+    x (M, K) tokens sorted by expert, w (G, N, K), offs (G,) int32 cumulative group ends on x's device: groups of any
+    size (padded to 32 on the device, no host sync), empty groups and an uncovered tail allowed (the tail's output and
+    gradient are 0). K and N multiples of 32. x and w are cast to bf16 (inside the autograd graph, so fp32 master
+    weights get fp32 gradients).
 
-    Options: ``weight_scaling`` "32x32" (default) or "1x32"; ``activation_quantization_backend`` "fused" (default)
-    or "composed" for the activation/gradient dual quantization; ``x_colwise`` "high_precision" (save x, quantize it
-    colwise in backward) or "quantized" (quantize x on both axes in forward, save the colwise operand);
-    ``scaling_mode`` "rceil" or "floor"; ``gemm`` "auto", "emulated" or "scaled_grouped_mm".
-
-    offs is read on the device (no sync) except by the per-group fallback. A malformed offs raises ValueError on the
-    CPU; on the GPU the quantize kernels clamp it (call :func:`mxq.validate_offs` first for an exception).
-    Raises ValueError for a bad shape, option value or device mix; TypeError for x or w not a floating-point tensor,
-    offs not an int32 tensor, or an option not a str; RuntimeError for ``gemm="scaled_grouped_mm"`` on a device
-    without MXFP8 GEMMs."""
+    A malformed offs raises ValueError on the CPU and fails a device-side assertion on CUDA (module docstring).
+    Raises ValueError for a bad shape or device mix; TypeError for x or w not a floating-point tensor, offs not an
+    int32 tensor, or a config not a MXFP8Config; RuntimeError for ``gemm="native"`` on a device without MXFP8
+    GEMMs."""
     owner = "mxq.grouped_mm"
+    config = check_config(owner, config)
     _check_grouped_args(owner, x, w, offs)
-    check_options(owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm, GROUPED_GEMMS)
-    check_native_gemm(owner, gemm, "scaled_grouped_mm", x.device)
-    path = grouped_gemm_path(x.device, gemm)
+    path = grouped_gemm_path(x.device, use_native_gemm(owner, config, x.device))
     x = x.to(torch.bfloat16).contiguous()
     w_bf16 = w.to(torch.bfloat16).contiguous()
     return _MXFP8GroupedMM.apply(
         x,
         w_bf16,
-        layer_weight_operands(w, w_bf16, scaling_mode, weight_scaling),
+        layer_weight_operands(w, w_bf16, config.scaling_mode, config.weight_scaling),
         offs.contiguous(),
-        activation_quantization_backend,
-        x_colwise,
-        scaling_mode,
-        weight_scaling,
+        *recipe_args(config),
         path,
     )
 
@@ -378,13 +409,12 @@ class GroupedExperts(nn.Module):
         )
 
 
-class MXFP8GroupedExperts(MXFP8Options, GroupedExperts):
+class MXFP8GroupedExperts(GroupedExperts):
     """:class:`GroupedExperts` whose grouped GEMMs (forward, dgrad, wgrad) run on MXFP8 operands through
-    :func:`grouped_mm`. dim and hidden_dim must be multiples of 32 (ValueError here), and so must every group size
-    and the token count at every call.
+    :func:`grouped_mm` with the recipe ``config`` (default: ``mxq.MXFP8Config()``), kept as ``self.mxfp8_config``.
+    dim and hidden_dim must be multiples of 32 (ValueError here); groups may have any size."""
 
-    Options as :func:`grouped_mm`: weight_scaling ("32x32" default, "1x32"), activation_quantization_backend
-    ("fused" default, "composed"), x_colwise, scaling_mode ("rceil" default), gemm ("auto" default)."""
+    mxfp8_config: MXFP8Config
 
     def __init__(
         self,
@@ -395,29 +425,21 @@ class MXFP8GroupedExperts(MXFP8Options, GroupedExperts):
         kind: str = "swiglu",
         device=None,
         dtype=None,
-        weight_scaling: str = "32x32",
-        activation_quantization_backend: str = "fused",
-        x_colwise: str = "high_precision",
-        scaling_mode: str = "rceil",
-        gemm: str = "auto",
+        config: MXFP8Config | None = None,
     ) -> None:
         owner = "MXFP8GroupedExperts"
         check_multiple_of_32(owner, "dim", dim)
         check_multiple_of_32(owner, "hidden_dim", hidden_dim)
-        check_options(
-            owner, weight_scaling, activation_quantization_backend, x_colwise, scaling_mode, gemm, GROUPED_GEMMS
-        )
+        config = check_config(owner, config)
         super().__init__(num_experts, dim, hidden_dim, kind=kind, device=device, dtype=dtype)
-        self.weight_scaling = weight_scaling
-        self.activation_quantization_backend = activation_quantization_backend
-        self.x_colwise = x_colwise
-        self.scaling_mode = scaling_mode
-        self.gemm = gemm
+        self.mxfp8_config = config
 
     @classmethod
-    def from_experts(cls, experts: nn.Module, *, share_parameters: bool = False, **kwargs) -> MXFP8GroupedExperts:
+    def from_experts(
+        cls, experts: nn.Module, *, share_parameters: bool = False, config: MXFP8Config | None = None
+    ) -> MXFP8GroupedExperts:
         """An MXFP8GroupedExperts holding ``experts``' parameters (any module with the expert-module interface):
-        copies (default), or with ``share_parameters=True`` the same Parameter objects (what convert does)."""
+        copies (default), or with ``share_parameters=True`` the same Parameter objects."""
         kind = getattr(experts, "mxq_experts", None)
         if kind not in EXPERT_KINDS:
             raise ValueError(
@@ -432,7 +454,7 @@ class MXFP8GroupedExperts(MXFP8Options, GroupedExperts):
             kind=kind,
             device="meta" if share_parameters else first.device,
             dtype=first.dtype,
-            **kwargs,
+            config=config,
         )
         for n, p in params.items():
             if share_parameters:
@@ -443,7 +465,10 @@ class MXFP8GroupedExperts(MXFP8Options, GroupedExperts):
         return m
 
     def _mm(self, x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
-        return grouped_mm(x, w, offs, **self.config())
+        return grouped_mm(x, w, offs, config=self.mxfp8_config)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, config={self.mxfp8_config}"
 
 
 def expert_dims(experts: nn.Module) -> tuple[int, int, int]:
