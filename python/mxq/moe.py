@@ -112,9 +112,11 @@ def padded_rows(offs: Tensor, M: int) -> tuple[Tensor, Tensor, int]:
         (sizes.min() >= 0) & (ends[-1] <= M),
         "mxq.grouped_mm: offs must be non-decreasing, non-negative and at most M",
     )
-    ends_p = torch.cumsum((sizes + BLOCK - 1) // BLOCK * BLOCK, 0)
-    # Each group's rows (and, last, the tail's) move by one shift: padded start minus start.
-    shift = torch.cat([ends_p - ends, (ends_p[-1:] - ends[-1:])])
+    padded = (sizes + BLOCK - 1) // BLOCK * BLOCK
+    ends_p = torch.cumsum(padded, 0)
+    # Each group's rows move by one shift, its padded start minus its start; the tail's by the padded end minus
+    # the end.
+    shift = torch.cat([(ends_p - padded) - (ends - sizes), ends_p[-1:] - ends[-1:]])
     rows = torch.arange(M, device=offs.device)
     group = torch.searchsorted(ends, rows, right=True)  # G for the tail
     dest = (rows + shift[group]).clamp_(0, Mp - 1)
@@ -308,14 +310,14 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
     if offs.device.type == "cpu" and not torch.compiler.is_compiling():
         # The offsets are on the host: check them here, under this op's name (on the GPU, padded_rows asserts on the
         # device).
-        ends = offs.tolist()
-        for g, (prev, end) in enumerate(zip([0, *ends], ends)):
-            if end < prev or end > x.shape[0]:
-                rule = f"at most M = {x.shape[0]}" if end > x.shape[0] else f"at least offs[{g - 1}] = {prev}"
-                if g == 0 and end < 0:
-                    rule = "non-negative"
-                raise ValueError(f"{owner}: offs must be non-decreasing group ends in [0, M]: offs[{g}] = {end} is not "
-                                 f"{rule}")
+        M = x.shape[0]
+        for g, end in enumerate(offs.tolist()):
+            prev = int(offs[g - 1]) if g else 0
+            if end < prev:
+                rule = "is negative" if g == 0 else f"is less than offs[{g - 1}]={prev} (offs must be non-decreasing)"
+                raise ValueError(f"{owner}: offs[{g}]={end} {rule}")
+            if end > M:
+                raise ValueError(f"{owner}: offs[{g}]={end} exceeds M={M}")
 
 
 def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None = None) -> Tensor:

@@ -62,8 +62,8 @@ __all__ = ["ConversionSummary", "Converted", "Skipped", "convert", "reuse_quanti
 
 class Converted(NamedTuple):
     name: str
-    source: str  # the module's class name before
-    target: str  # after
+    source: str  # the module's class before (class_name)
+    target: str  # its MXFP8 subclass
     detail: str  # what runs in MXFP8, and the shapes
 
 
@@ -183,6 +183,14 @@ def classify(m: tnn.Module) -> str | None:
     return None
 
 
+def class_name(cls: type) -> str:
+    """``nn.Linear`` for torch.nn's classes, the module-qualified name for any other (TorchTitan's ``Linear`` is not
+    nn.Linear)."""
+    if cls.__module__.startswith("torch.nn."):
+        return f"nn.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _not_multiples(dims: dict[str, int]) -> str | None:
     bad = [f"{n}={v}" for n, v in dims.items() if v % BLOCK]
     return f"{', '.join(bad)} not a multiple of {BLOCK}" if bad else None
@@ -268,7 +276,7 @@ def convert(
 
     summary = ConversionSummary([], [], [])
     for name, m in model.named_modules():  # each module once, under its first name
-        tname = type(m).__name__
+        tname = class_name(type(m))
         style = classify(m)
         if style is None:
             summary.others.append(Skipped(name, tname, "neither a linear nor an expert module"))

@@ -1,7 +1,8 @@
-"""mxq.nn.convert (docs/training.md): which modules it swaps (nn.Linear with 32-multiple dims, expert modules with the
-documented interface), include/exclude by fully qualified name, the summary with a reason for every skip, shared
-Parameter objects (optimizers and tied modules keep working), outputs close to the original model's; and a CPU smoke
-run of examples/train_moe.py."""
+"""mxq.nn.convert (docs/training.md, "The converter"): which modules it converts (nn.Linear and subclasses that keep its
+forward; expert modules by marker, by the _grouped_mm seam, by 3-D w1/w2/w3 in either orientation), the reason for
+every skip, conversion in place (module objects, parameters and the old class kept), the recipe carried, converted
+experts equal to calling mxq.grouped_mm directly (bitwise, groups of any size); and a CPU smoke run of
+examples/train_moe.py."""
 
 import pytest
 
@@ -15,20 +16,31 @@ import sys
 
 import mxq
 import torch
+import torch.nn.functional as F
 from helpers import DEVICES
-from mxq import GroupedExperts, MXFP8GroupedExperts, MXFP8Linear
+from mxq import GroupedExperts, MXFP8Config, MXFP8GroupedExperts, MXFP8Linear
 from test_linear import sqnr
 from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class _Custom(nn.Linear):
-    """A subclass of nn.Linear: convert leaves it alone (its forward may differ)."""
+class _Plain(nn.Linear):
+    """A subclass that keeps nn.Linear's forward (TorchTitan's Linear is one): converted."""
+
+    def describe(self):
+        return "mine"
+
+
+class _OwnForward(nn.Linear):
+    """A subclass with a forward of its own: skipped."""
+
+    def forward(self, x):
+        return super().forward(x) * 2
 
 
 class _MyExperts(nn.Module):
-    """A user's expert module with the interface: the marker, w1/w2/w3, forward(x, offs)."""
+    """A user's expert module with mxq's interface: the marker, w1/w2/w3, forward(x, offs)."""
 
     mxq_experts = "swiglu"
 
@@ -40,7 +52,54 @@ class _MyExperts(nn.Module):
 
     def forward(self, x, offs):
         mm = mxq.bf16_grouped_mm
-        return mm(torch.nn.functional.silu(mm(x, self.w1, offs)) * mm(x, self.w3, offs), self.w2, offs)
+        return mm(F.silu(mm(x, self.w1, offs)) * mm(x, self.w3, offs), self.w2, offs)
+
+
+class _SeamExperts(nn.Module):
+    """TorchTitan 0.3's GroupedExperts in miniature: w*_EFD parameters, token counts in, the _grouped_mm seam."""
+
+    def __init__(self, E, D, F_):
+        super().__init__()
+        self.w1_EFD = nn.Parameter(torch.randn(E, F_, D) / D**0.5)
+        self.w2_EDF = nn.Parameter(torch.randn(E, D, F_) / F_**0.5)
+        self.w3_EFD = nn.Parameter(torch.randn(E, F_, D) / D**0.5)
+
+    def forward(self, x, num_tokens_per_expert):
+        offs = torch.cumsum(num_tokens_per_expert, dim=0, dtype=torch.int32)
+        h = F.silu(self._grouped_mm(A=x.bfloat16(), B_t=self.w1_EFD.bfloat16().transpose(-2, -1), offs=offs))
+        h = h * self._grouped_mm(A=x.bfloat16(), B_t=self.w3_EFD.bfloat16().transpose(-2, -1), offs=offs)
+        return self._grouped_mm(A=h, B_t=self.w2_EDF.bfloat16().transpose(-2, -1), offs=offs).type_as(x)
+
+    def _grouped_mm(self, *, A, B_t, offs):
+        return mxq.bf16_grouped_mm(A, B_t.transpose(-2, -1), offs)
+
+    def init_weights(self):  # a method of the module's own, which conversion keeps
+        return "initialized"
+
+
+class _W123Experts(nn.Module):
+    """TorchTitan 0.2's GroupedExperts in miniature: 3-D w1/w2/w3, forward(x, num_tokens_per_expert); or, with
+    ``transposed``, the (in, out) layout and forward(x, offs)."""
+
+    def __init__(self, E, D, H, transposed=False):
+        super().__init__()
+        shape1, shape2 = ((E, D, H), (E, H, D)) if transposed else ((E, H, D), (E, D, H))
+        self.w1 = nn.Parameter(torch.randn(shape1) / D**0.5)
+        self.w2 = nn.Parameter(torch.randn(shape2) / H**0.5)
+        self.w3 = nn.Parameter(torch.randn(shape1) / D**0.5)
+
+    def forward(self, x, num_tokens_per_expert):
+        raise AssertionError("replaced by the conversion")
+
+
+class _W123Offs(_W123Experts):
+    def forward(self, x, offs):
+        raise AssertionError("replaced by the conversion")
+
+
+class _W123Unknown(_W123Experts):
+    def forward(self, x, groups):
+        return x
 
 
 class _Net(nn.Module):
@@ -50,9 +109,9 @@ class _Net(nn.Module):
         self.proj = nn.Linear(64, 128)
         self.block = nn.ModuleDict(
             {
-                "fc1": nn.Linear(128, 96, bias=False),
+                "fc1": _Plain(128, 96, bias=False),
                 "odd": nn.Linear(96, 100),  # out_features not a multiple of 32
-                "custom": _Custom(100, 64),
+                "own": _OwnForward(100, 64),
                 "experts": _MyExperts(4, 64, 96),
             }
         )
@@ -61,7 +120,7 @@ class _Net(nn.Module):
 
     def forward(self, x, offs):
         h = self.block["fc1"](self.proj(x))
-        h = self.block["custom"](self.block["odd"](h))
+        h = self.block["own"](self.block["odd"](h))
         return self.head(h + self.block["experts"](h, offs)) + self.router(h).sum(-1, keepdim=True)
 
 
@@ -69,10 +128,11 @@ def _names(entries):
     return [e.name for e in entries]
 
 
-def test_convert_default_swaps_linear_and_experts_in_place():
+def test_convert_in_place_keeps_modules_parameters_and_classes():
     torch.manual_seed(0)
     net = _Net()
-    params_before = {n: p for n, p in net.named_parameters()}
+    modules_before = dict(net.named_modules())
+    params_before = dict(net.named_parameters())
     x = torch.randn(128, 64)
     offs = torch.tensor([32, 32, 64, 96], dtype=torch.int32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -82,82 +142,63 @@ def test_convert_default_swaps_linear_and_experts_in_place():
     skipped = {s.name: s.reason for s in summary.skipped}
     assert skipped == {
         "block.odd": "out_features=100 not a multiple of 32",
-        "block.custom": "a subclass of nn.Linear (its forward may differ); not converted",
+        "block.own": "overrides forward (_OwnForward.forward); only nn.Linear's own forward is converted",
         "router": "out_features=4 not a multiple of 32",
     }
-    assert isinstance(net.proj, MXFP8Linear) and isinstance(net.head, MXFP8Linear)
-    assert isinstance(net.block["experts"], MXFP8GroupedExperts) and type(net.block["odd"]) is nn.Linear
-    # The same Parameter objects, under the same names: an optimizer built before keeps working.
-    after = dict(net.named_parameters())
-    assert after.keys() == params_before.keys()
-    assert all(after[n] is params_before[n] for n in after)
-    # Defaults: 32x32 weight tiles, fused activation casts, RCEIL.
-    assert net.proj.weight_scaling == "32x32" and net.proj.activation_quantization_backend == "fused"
-    assert net.proj.scaling_mode == "rceil"
-    assert net.block["experts"].config()["activation_quantization_backend"] == "fused"
+    assert {o.name for o in summary.others} == {"", "embed", "block"}
+    # In place: the same module objects under the same names, the same Parameter objects.
+    assert dict(net.named_modules()) == modules_before
+    assert dict(net.named_parameters()) == params_before
+    assert all(a is b for a, b in zip(net.parameters(), params_before.values()))
+    # nn.Linear becomes MXFP8Linear; a subclass becomes an MXFP8 subclass of itself, its methods kept.
+    assert type(net.proj) is MXFP8Linear and type(net.head) is MXFP8Linear
+    fc1 = net.block["fc1"]
+    assert type(fc1).__name__ == "MXFP8_Plain" and isinstance(fc1, _Plain) and fc1.describe() == "mine"
+    assert type(net.block["experts"]).__name__ == "MXFP8_MyExperts" and isinstance(net.block["experts"], _MyExperts)
+    assert type(net.block["odd"]) is nn.Linear and type(net.block["own"]) is _OwnForward
+    # The default recipe on every converted module, and in its repr.
+    assert all(net.get_submodule(c.name).mxfp8_config == MXFP8Config() for c in summary.converted)
+    assert repr(net.proj).endswith(f"bias=True, config={MXFP8Config()})")
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = net(x, offs)
     assert sqnr(ref, out) >= 20
     text = str(summary)
-    assert "4 converted, 3 skipped" in text and "block.odd" in text and "MXFP8GroupedExperts" in text
+    assert "4 converted, 3 skipped, 3 other modules" in text and "block.own" in text
+    assert "test_convert._Plain -> MXFP8_Plain" in text and "1 nn.Embedding, 1 nn.ModuleDict, 1 test_convert._Net" in text
 
 
-def test_include_exclude_patterns_and_options():
+def test_include_exclude_patterns_and_config():
     net = _Net()
-    summary = mxq.nn.convert(net, include=["block.*", "head"], exclude="*.experts", weight_scaling="1x32")
+    config = MXFP8Config.recipe("mxfp8_floor", weight_scaling="1x32")
+    summary = mxq.nn.convert(net, config=config, include=["block.*", "head"], exclude="*.experts")
     assert _names(summary.converted) == ["block.fc1", "head"]
     reasons = {s.name: s.reason for s in summary.skipped}
     assert reasons["proj"] == "not matched by include ['block.*', 'head']"
     assert reasons["block.experts"] == "excluded by pattern '*.experts'"
-    assert net.head.weight_scaling == "1x32"
+    assert net.head.mxfp8_config is config and config.scaling_mode == "floor" and config.weight_scaling == "1x32"
     # Converting again: the MXFP8 modules are reported, not converted twice.
     again = mxq.nn.convert(net)
     assert {s.name: s.reason for s in again.skipped}["head"] == "already MXFP8"
+    assert net.head.mxfp8_config is config
     assert "proj" in _names(again.converted) and "block.experts" in _names(again.converted)
 
 
-def test_converted_layers_carry_every_option():
-    """Every option of convert reaches every new module: config() returns them (as constructor keywords that build
-    an equal layer) and the repr shows them after the original module's own fields."""
-    net = _Net()
-    common = {
-        "weight_scaling": "1x32",
-        "activation_quantization_backend": "composed",
-        "x_colwise": "quantized",
-        "scaling_mode": "floor",
-    }
-    mxq.nn.convert(net, **common, gemm="emulated", grouped_gemm="emulated")
-    lin, experts = net.head, net.block["experts"]
-    assert lin.config() == {**common, "gemm": "emulated"} == experts.config()
-    assert MXFP8Linear(64, 32, **lin.config()).config() == lin.config()
-    assert MXFP8GroupedExperts(4, 64, 64, **experts.config()).config() == experts.config()
-    options = ", ".join(f"{k}={v!r}" for k, v in lin.config().items())
-    assert (
-        repr(lin)
-        == f"MXFP8Linear(in_features={lin.in_features}, out_features={lin.out_features}, bias=True, {options})"
-    )
-    assert repr(experts).startswith("MXFP8GroupedExperts(kind='swiglu', num_experts=") and repr(experts).endswith(
-        f"{options})"
-    )
-
-
-def test_shared_module_is_replaced_under_every_name():
+def test_shared_module_converted_once_and_root_in_place():
     lin = nn.Linear(64, 64)
     net = nn.Sequential(lin, nn.ReLU(), lin)
     summary = mxq.nn.convert(net)
     assert _names(summary.converted) == ["0"]
-    assert net[0] is net[2] and isinstance(net[0], MXFP8Linear) and net[0].weight is lin.weight
+    assert net[0] is lin and net[2] is lin and type(lin) is MXFP8Linear
+    root = nn.Linear(64, 32)
+    summary = mxq.nn.convert(root)
+    assert _names(summary.converted) == [""] and type(root) is MXFP8Linear
 
 
-def test_root_module_and_bad_arguments():
-    summary = mxq.nn.convert(nn.Linear(64, 64))
-    assert summary.converted == [] and summary.skipped[0].reason.startswith("the root module cannot be replaced")
+def test_bad_arguments():
     with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
         mxq.nn.convert("model")
-    with pytest.raises(ValueError, match='weight_scaling must be "32x32" or "1x32"'):
-        mxq.nn.convert(nn.Sequential(), weight_scaling="32")
-    with pytest.raises(ValueError, match='activation_quantization_backend must be "fused" or "composed"'):
-        mxq.nn.convert(nn.Sequential(), activation_quantization_backend="cutlass")
+    with pytest.raises(TypeError, match="^mxq.nn.convert: config must be a mxq.MXFP8Config or None, got dict$"):
+        mxq.nn.convert(nn.Sequential(), config={"weight_scaling": "32x32"})
     with pytest.raises(ValueError, match="include must be None, a pattern string or a list of them"):
         mxq.nn.convert(nn.Sequential(), include=3)
 
@@ -179,18 +220,134 @@ def test_expert_interface_checks():
             super().__init__()
             self.weight = nn.Parameter(torch.zeros(2, 48, 64))
 
-    class NotMarked(nn.Module):
+    class OnlyW1(nn.Module):
         def __init__(self):
             super().__init__()
             self.w1 = nn.Parameter(torch.zeros(2, 64, 32))
 
-    net = nn.ModuleDict({"bad": Bad(), "odd": Odd(), "plain": NotMarked()})
+    net = nn.ModuleDict(
+        {
+            "bad": Bad(),
+            "odd": Odd(),
+            "plain": OnlyW1(),
+            "unknown": _W123Unknown(2, 64, 96),
+            "w123_odd": _W123Experts(2, 64, 48),
+            "w123_shapes": _W123Experts(2, 64, 96),
+        }
+    )
+    net["w123_shapes"].w2 = nn.Parameter(torch.zeros(2, 64, 64))
     summary = mxq.nn.convert(net)
     reasons = {s.name: s.reason for s in summary.skipped}
     assert summary.converted == []
     assert "w1 (G, H, D), w2 (G, D, H) and w3 (G, H, D) must agree" in reasons["bad"]
     assert reasons["odd"] == "hidden_dim=48 not a multiple of 32"
-    assert "plain" not in reasons  # no marker: not an expert module, not a candidate
+    assert reasons["unknown"] == (
+        "forward's second argument 'groups' is neither token counts (num_tokens*, counts*) nor offsets (offs*)"
+    )
+    assert reasons["w123_odd"] == "w1.shape[1]=48 not a multiple of 32"
+    assert reasons["w123_shapes"].startswith("w1 (2, 96, 64), w2 (2, 64, 64) and w3 (2, 96, 64) are not SwiGLU")
+    assert "plain" not in reasons and "plain" in {o.name for o in summary.others}
+
+
+def _counts(sizes, device):
+    return torch.tensor(sizes, dtype=torch.int64, device=device)
+
+
+def _swiglu(x, w1, w2, w3, offs, config=None):
+    """The experts' function on mxq.grouped_mm, called directly: what a converted module must equal bitwise."""
+    mm = mxq.grouped_mm
+    return mm(F.silu(mm(x, w1, offs, config=config)) * mm(x, w3, offs, config=config), w2, offs, config=config)
+
+
+def _forward_backward(fn, x, params, seed):
+    x = x.clone().requires_grad_(True)
+    for p in params:
+        p.grad = None
+    y = fn(x)
+    dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed)).to(y)
+    y.backward(dy)
+    return y.detach(), x.grad, [p.grad.clone() for p in params]
+
+
+def _assert_same(a, b):
+    ya, dxa, dwa = a
+    yb, dxb, dwb = b
+    assert torch.equal(ya, yb) and torch.equal(dxa, dxb)
+    assert all(torch.equal(u, v) for u, v in zip(dwa, dwb))
+
+
+# Group sizes as a token-choice dispatcher hands them over: none a multiple of 32, an empty group.
+SIZES = [37, 0, 70, 5]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_seam_experts_equal_direct_grouped_mm(device):
+    """TorchTitan 0.3-style experts: only the seam is replaced; forward and backward equal mxq.grouped_mm called
+    with the same weights and offsets, bitwise, for groups of any size."""
+    torch.manual_seed(1)
+    e = _SeamExperts(4, 64, 96).to(device)
+    holder = nn.ModuleDict({"experts": e})
+    config = MXFP8Config(activation_quantization_backend="composed")
+    summary = mxq.nn.convert(holder, config=config)
+    assert summary.converted[0].detail.startswith("the _grouped_mm seam: w1_EFD (4, 96, 64)")
+    assert holder["experts"] is e and type(e).__name__ == "MXFP8_SeamExperts" and e.init_weights() == "initialized"
+    x = torch.randn(sum(SIZES) + 3, 64, device=device)  # 3 tail rows past the groups
+    counts = _counts(SIZES, device)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    params = [e.w1_EFD, e.w2_EDF, e.w3_EFD]
+    got = _forward_backward(lambda t: e(t, counts), x, params, 0)
+    want = _forward_backward(lambda t: _swiglu(t, e.w1_EFD, e.w2_EDF, e.w3_EFD, offs, config), x, params, 0)
+    _assert_same(got, want)
+    assert got[0][-3:].abs().max() == 0 and got[1][-3:].abs().max() == 0  # the tail
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("cls", [_W123Experts, _W123Offs], ids=["counts", "offs"])
+@pytest.mark.parametrize("transposed", [False, True], ids=["out_in", "in_out"])
+def test_w123_experts_equal_direct_grouped_mm(device, cls, transposed):
+    """TorchTitan 0.2-style experts (3-D w1/w2/w3): the forward replaced by SwiGLU on mxq.grouped_mm; counts or
+    offsets, either weight orientation (read from x's width), bitwise what direct calls give."""
+    torch.manual_seed(2)
+    e = cls(4, 64, 96, transposed=transposed).to(device)
+    summary = mxq.nn.convert(nn.ModuleDict({"e": e}))
+    assert _names(summary.converted) == ["e"] and "(out, in) or transposed" in summary.converted[0].detail
+    x = torch.randn(sum(SIZES), 64, device=device)
+    counts = _counts(SIZES, device)
+    offs = torch.cumsum(counts, 0, dtype=torch.int32)
+    params = [e.w1, e.w2, e.w3]
+    got = _forward_backward(lambda t: e(t, counts if cls is _W123Experts else offs), x, params, 3)
+
+    def direct(t):
+        w1, w2, w3 = (w.transpose(-2, -1) if transposed else w for w in (e.w1, e.w2, e.w3))
+        return _swiglu(t, w1, w2, w3, offs)
+
+    _assert_same(got, _forward_backward(direct, x, params, 3))
+
+
+def test_w123_square_experts_assume_out_in():
+    e = _W123Experts(2, 64, 64)
+    summary = mxq.nn.convert(nn.ModuleDict({"e": e}))
+    assert "(out, in) assumed: dim == hidden_dim" in summary.converted[0].detail
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_marker_experts_equal_mxfp8_grouped_experts(device):
+    """A user's marker module and mxq's own GroupedExperts, converted, compute what MXFP8GroupedExperts does with the
+    same parameters."""
+    torch.manual_seed(3)
+    mine = _MyExperts(4, 64, 96).to(device)
+    ours = GroupedExperts(4, 64, 96, device=device)
+    with torch.no_grad():
+        for n in ("w1", "w2", "w3"):
+            getattr(ours, n).copy_(getattr(mine, n))
+    holder = nn.ModuleDict({"mine": mine, "ours": ours})
+    mxq.nn.convert(holder)
+    assert type(ours) is MXFP8GroupedExperts and type(mine).__name__ == "MXFP8_MyExperts"
+    x = torch.randn(sum(SIZES), 64, device=device)
+    offs = torch.cumsum(_counts(SIZES, device), 0, dtype=torch.int32)
+    got = _forward_backward(lambda t: mine(t, offs), x, [mine.w1, mine.w2, mine.w3], 4)
+    want = _forward_backward(lambda t: ours(t, offs), x, [ours.w1, ours.w2, ours.w3], 4)
+    _assert_same(got, want)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -209,13 +366,6 @@ def test_converted_model_trains(device):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.5 * losses[0], losses
-
-
-def test_experts_bf16_reference_and_convert_share_parameters():
-    e = GroupedExperts(4, 64, 64, kind="linear")
-    holder = nn.ModuleDict({"e": e})
-    mxq.nn.convert(holder)
-    assert isinstance(holder["e"], MXFP8GroupedExperts) and holder["e"].weight is e.weight
 
 
 def test_train_moe_example_language_is_a_function_of_the_seed(monkeypatch):

@@ -16,7 +16,7 @@ import mxq
 import mxq.linear
 import torch
 from helpers import DEVICES, requires_cuda
-from mxq import MXFP8Linear
+from mxq import MXFP8Config, MXFP8Linear
 from mxq.linear import native_mx_gemm
 from torch import nn
 
@@ -64,9 +64,10 @@ def _check(device, M, K, N, weight_scaling):
     results = {}
     for backend in ("fused", "composed"):
         for x_colwise in ("high_precision", "quantized"):
-            m = MXFP8Linear.from_linear(
-                ref, weight_scaling=weight_scaling, activation_quantization_backend=backend, x_colwise=x_colwise
+            config = MXFP8Config(
+                weight_scaling=weight_scaling, activation_quantization_backend=backend, x_colwise=x_colwise
             )
+            m = MXFP8Linear.from_linear(ref, config=config)
             results[backend, x_colwise] = _run(m, x, dy)
     base = results["fused", "high_precision"]
     for key, got in results.items():
@@ -93,7 +94,9 @@ def test_gemm_operands_bytes(device, weight_scaling, scaling_mode):
     of explicitly quantized and dequantized operands, bit for bit (emulated GEMM)."""
     ops = torch.ops.mxq
     ref, x, dy = _setup(device, 128, 256, 96, seed=3)
-    m = MXFP8Linear.from_linear(ref, weight_scaling=weight_scaling, scaling_mode=scaling_mode, gemm="emulated")
+    m = MXFP8Linear.from_linear(
+        ref, config=MXFP8Config(weight_scaling=weight_scaling, scaling_mode=scaling_mode, gemm="emulated")
+    )
     got = _run(m, x, dy)
     w = ref.weight.detach()
     q_x, s_x = ops.quantize_rowwise(x, 32, scaling_mode, None)
@@ -150,7 +153,7 @@ def test_scaling_mode_passed_explicitly_to_every_op(monkeypatch, scaling_mode):
     rec = _RecordingOps()
     monkeypatch.setattr(mxq.linear, "_ops", rec)
     ref, x, dy = _setup("cpu", 64, 64, 64)
-    _run(MXFP8Linear.from_linear(ref, scaling_mode=scaling_mode), x, dy)
+    _run(MXFP8Linear.from_linear(ref, config=MXFP8Config(scaling_mode=scaling_mode)), x, dy)
     names = [c[0] for c in rec.calls]
     assert names.count("quantize_weight") == 1 and "quantize" in names and "quantize_colwise" in names, names
     check_scaling_mode_explicit(rec.calls, scaling_mode)
@@ -188,7 +191,7 @@ def test_non_contiguous_dy_and_leading_dims(device):
 def test_gemm_auto_is_the_emulation_on_cpu():
     ref, x, dy = _setup("cpu", 64, 128, 64)
     auto = _run(MXFP8Linear.from_linear(ref), x, dy)
-    emulated = _run(MXFP8Linear.from_linear(ref, gemm="emulated"), x, dy)
+    emulated = _run(MXFP8Linear.from_linear(ref, config=MXFP8Config(gemm="emulated")), x, dy)
     _identical(auto, emulated, "auto vs emulated")
     assert not native_mx_gemm(torch.device("cpu"))
 
@@ -199,16 +202,16 @@ def test_emulated_gemm_below_sm100():
         pytest.skip("SM100+: the default GEMM is torch._scaled_mm")
     ref, x, dy = _setup("cuda", 256, 256, 256)
     auto = _run(MXFP8Linear.from_linear(ref), x, dy)
-    emulated = _run(MXFP8Linear.from_linear(ref, gemm="emulated"), x, dy)
+    emulated = _run(MXFP8Linear.from_linear(ref, config=MXFP8Config(gemm="emulated")), x, dy)
     _identical(auto, emulated, "auto vs emulated")
 
 
 @requires_cuda
 def test_cuda_matches_cpu_reference_dispatch():
     ref, x, dy = _setup("cpu", 128, 256, 128)
-    cpu = _run(MXFP8Linear.from_linear(ref, gemm="emulated"), x, dy)
+    cpu = _run(MXFP8Linear.from_linear(ref, config=MXFP8Config(gemm="emulated")), x, dy)
     refc = copy.deepcopy(ref).cuda()
-    cuda = _run(MXFP8Linear.from_linear(refc, gemm="emulated"), x.cuda(), dy.cuda())
+    cuda = _run(MXFP8Linear.from_linear(refc, config=MXFP8Config(gemm="emulated")), x.cuda(), dy.cuda())
     for a, b in zip(cuda, cpu):
         torch.testing.assert_close(a.cpu(), b, rtol=2**-7, atol=1e-2)
 
@@ -286,16 +289,8 @@ def test_constructor_errors():
         MXFP8Linear(100, 128)
     with pytest.raises(ValueError, match="MXFP8Linear: out_features must be a multiple of 32, got 48"):
         MXFP8Linear(128, 48)
-    with pytest.raises(ValueError, match='weight_scaling must be "32x32" or "1x32", got \'16x16\''):
-        MXFP8Linear(128, 128, weight_scaling="16x16")
-    with pytest.raises(ValueError, match='activation_quantization_backend must be "fused" or "composed"'):
-        MXFP8Linear(128, 128, activation_quantization_backend="triton")
-    with pytest.raises(ValueError, match="x_colwise must be"):
-        MXFP8Linear(128, 128, x_colwise="fp8")
-    with pytest.raises(ValueError, match='scaling_mode must be "rceil" or "floor"'):
-        MXFP8Linear(128, 128, scaling_mode="even")
-    with pytest.raises(ValueError, match='gemm must be "auto", "emulated" or "scaled_mm"'):
-        MXFP8Linear(128, 128, gemm="cublas")
+    with pytest.raises(TypeError, match="^MXFP8Linear: config must be a mxq.MXFP8Config or None, got str$"):
+        MXFP8Linear(128, 128, config="mxfp8_rceil")
 
 
 def test_call_errors():
@@ -321,7 +316,7 @@ def test_argument_type_bias_device_and_capability_errors():
         (TypeError, "weight must be a floating-point tensor, got torch.bool", lambda: f(x, w > 0)),
         (TypeError, "bias must be a floating-point tensor, got torch.int64", lambda: f(x, w, b.long())),
         (TypeError, "x must be a torch.Tensor, got list", lambda: f(x.tolist(), w)),
-        (TypeError, "scaling_mode must be a str, got NoneType", lambda: f(x, w, scaling_mode=None)),
+        (TypeError, "config must be a mxq.MXFP8Config or None, got dict", lambda: f(x, w, config={})),
         (
             ValueError,
             r"bias must have shape \(32,\) for a weight of shape \(32, 64\), got \(1,\)",
@@ -332,8 +327,8 @@ def test_argument_type_bias_device_and_capability_errors():
         (ValueError, "x, weight and bias must be on one device, got cpu, cpu, meta", lambda: f(x, w, b.to("meta"))),
         (
             RuntimeError,
-            'gemm="scaled_mm" needs a CUDA device of compute capability 10.0',
-            lambda: f(x, w, gemm="scaled_mm"),
+            'gemm="native" needs a CUDA device of compute capability 10.0',
+            lambda: f(x, w, config=MXFP8Config(gemm="native")),
         ),
     ]
     for cls, message, call in cases:
@@ -353,9 +348,23 @@ def test_argument_type_bias_device_and_capability_errors():
         ("gemm", "cublas"),
     ],
 )
-def test_functional_option_errors(option, value):
-    """The functional form checks its options itself: a value outside the choices is an error naming
-    mxq.mxfp8_linear, never a silent fall back to another path."""
-    x, w = torch.randn(32, 64, dtype=torch.bfloat16), torch.randn(32, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match=f"mxq.mxfp8_linear: {option} must be .*, got '{value}'"):
-        mxq.mxfp8_linear(x, w, **{option: value})
+def test_config_option_errors(option, value):
+    """MXFP8Config checks every field once, when it is made: a value outside the choices is a ValueError naming the
+    field and the value, a value that is not a str a TypeError; the layers then check nothing per call."""
+    with pytest.raises(ValueError, match=f"^mxq.MXFP8Config: {option} must be .*, got '{value}'$"):
+        MXFP8Config(**{option: value})
+    with pytest.raises(TypeError, match=f"^mxq.MXFP8Config: {option} must be a str, got int$"):
+        MXFP8Config(**{option: 1})
+
+
+def test_config_recipes():
+    assert MXFP8Config.recipe("mxfp8_rceil") == MXFP8Config()
+    assert MXFP8Config() == MXFP8Config("32x32", "fused", "high_precision", "rceil", "auto")
+    assert MXFP8Config.recipe("mxfp8_floor").scaling_mode == "floor"
+    assert MXFP8Config.recipe("mxfp8_rceil_1x32", gemm="emulated") == MXFP8Config(weight_scaling="1x32", gemm="emulated")
+    with pytest.raises(ValueError, match='^mxq.MXFP8Config.recipe: name must be "mxfp8_rceil", "mxfp8_floor" or'):
+        MXFP8Config.recipe("mxfp8")
+    with pytest.raises(ValueError, match="^mxq.MXFP8Config: gemm must be"):
+        MXFP8Config.recipe("mxfp8_rceil", gemm="scaled_mm")
+    with pytest.raises(Exception, match="cannot assign to field"):
+        MXFP8Config().gemm = "native"  # frozen: checked once, never changed after

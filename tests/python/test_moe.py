@@ -11,18 +11,23 @@ pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python te
 
 import copy
 import math
+import subprocess
+import sys
 
 import mxq
 import mxq.linear
 import mxq.moe
 import torch
 from helpers import DEVICES, requires_cuda
-from mxq import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
+from helpers import requires_cuda
+from mxq import GroupedExperts, MXFP8Config, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
 from test_linear import BARS, WEIGHT_SCALINGS, _identical, _RecordingOps, check_scaling_mode_explicit, sqnr
 
 # G = 8: uneven 32-multiple groups, an empty one (index 2), and a 128-row tail past offs[-1].
 SIZES = [96, 160, 0, 64, 224, 32, 128, 192]
 TAIL = 128
+# G = 8 as a token-choice dispatcher hands them over: sizes of any kind (1, 31, 33, 100), an empty group.
+ANY_SIZES = [37, 100, 0, 1, 31, 33, 64, 70]
 
 
 def _offs(sizes, device):
@@ -57,7 +62,8 @@ def _check(device, K, N, weight_scaling):
                 "activation_quantization_backend": backend,
                 "x_colwise": x_colwise,
             }
-            results[backend, x_colwise] = _run(lambda a, b, o=opts: grouped_mm(a, b, offs, **o), x, w, dy)
+            config = MXFP8Config(**opts)
+            results[backend, x_colwise] = _run(lambda a, b, c=config: grouped_mm(a, b, offs, config=c), x, w, dy)
     base = results["fused", "high_precision"]
     for key, got in results.items():
         _identical(got, base, f"{key} vs ('fused', 'high_precision')")
@@ -98,8 +104,9 @@ def test_gemm_operands_bytes(device, weight_scaling, scaling_mode):
     for bit. N = 96 is not a multiple of 128, so the per-expert scale regions have padding."""
     ops = torch.ops.mxq
     x, w, dy, offs = _data(device, 64, 96, seed=2)
+    config = MXFP8Config(weight_scaling=weight_scaling, scaling_mode=scaling_mode, gemm="emulated")
     got = _run(
-        lambda a, b: grouped_mm(a, b, offs, weight_scaling=weight_scaling, scaling_mode=scaling_mode, gemm="emulated"),
+        lambda a, b: grouped_mm(a, b, offs, config=config),
         x,
         w,
         dy,
@@ -135,7 +142,7 @@ def test_scaling_mode_passed_explicitly_to_every_op(monkeypatch, scaling_mode):
     monkeypatch.setattr(mxq.linear, "_ops", rec)
     monkeypatch.setattr(mxq.moe, "_ops", rec)
     x, w, dy, offs = _data("cpu", 64, 64)
-    _run(lambda a, b: grouped_mm(a, b, offs, scaling_mode=scaling_mode), x, w, dy)
+    _run(lambda a, b: grouped_mm(a, b, offs, config=MXFP8Config(scaling_mode=scaling_mode)), x, w, dy)
     names = [c[0] for c in rec.calls]
     assert names.count("quantize_weight") == 1 and "quantize" in names and "quantize_colwise" in names, names
     assert {c[3] for c in (call[1] for call in rec.calls if call[0] == "dequantize")} == {"m_groups", "k_groups"}
@@ -189,13 +196,12 @@ def test_per_group_fallback_matches_grouped_mm(monkeypatch):
 def test_gemm_path_capability_check():
     cpu = torch.device("cpu")
     assert mxq.moe.grouped_gemm_path(cpu) == "emulated_grouped_mm"
-    assert mxq.moe.grouped_gemm_path(cpu, "emulated") == "emulated_grouped_mm"
-    assert mxq.moe.grouped_gemm_path(cpu, "scaled_grouped_mm") == "scaled_grouped_mm"  # forced: no silent switch
+    assert mxq.moe.grouped_gemm_path(cpu, native=True) == "scaled_grouped_mm"  # forced: no silent switch
     if torch.cuda.is_available():
         dev = torch.device("cuda")
         major = torch.cuda.get_device_capability(dev)[0]
         want = "scaled_grouped_mm" if major >= 10 else "emulated_grouped_mm" if major >= 9 else "emulated_per_group"
-        assert mxq.moe.grouped_gemm_path(dev) == want
+        assert mxq.moe.grouped_gemm_path(dev, mxq.linear.native_mx_gemm(dev)) == want
 
 
 @pytest.mark.parametrize("kind", ["swiglu", "linear"])
@@ -223,8 +229,9 @@ def test_experts_module_matches_bf16_experts(device, kind):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_compiled_fullgraph_forward_backward_matches_eager(device):
-    x, w, dy, offs = _data(device, 64, 96)
+@pytest.mark.parametrize("sizes", [SIZES, ANY_SIZES], ids=["aligned", "any_size"])
+def test_compiled_fullgraph_forward_backward_matches_eager(device, sizes):
+    x, w, dy, offs = _data(device, 64, 96, sizes=sizes)
     m = MXFP8GroupedExperts(8, 64, 96, kind="linear", device=device, dtype=torch.bfloat16)
     with torch.no_grad():
         m.weight.copy_(w)
@@ -248,7 +255,8 @@ def test_compiled_fullgraph_forward_backward_matches_eager(device):
 
 
 @requires_cuda
-def test_cuda_graph_training_step():
+@pytest.mark.parametrize("sizes", [SIZES, ANY_SIZES], ids=["aligned", "any_size"])
+def test_cuda_graph_training_step(sizes):
     """A MoE training step (grouped_mm forward and backward, SGD update) captured in a CUDA graph and replayed equals
     the same steps run eagerly; offs is a device tensor read by the kernels (no host sync on the graphed path)."""
     if mxq.moe.grouped_gemm_path(torch.device("cuda")) == "emulated_per_group":
@@ -257,8 +265,8 @@ def test_cuda_graph_training_step():
     base = GroupedExperts(8, 128, 256, kind="swiglu", device="cuda")
     eager = MXFP8GroupedExperts.from_experts(base)
     graphed = MXFP8GroupedExperts.from_experts(base)
-    offs = _offs(SIZES, "cuda")
-    M = sum(SIZES) + TAIL
+    offs = _offs(sizes, "cuda")
+    M = sum(sizes) + TAIL
     data = [(torch.randn(M, 128, device="cuda"), torch.randn(M, 128, device="cuda")) for _ in range(4)]
 
     def step(model, opt, x, t):
@@ -312,30 +320,22 @@ def test_errors():
         grouped_mm(x.int(), w, offs)
     with pytest.raises(TypeError, match="^mxq.bf16_grouped_mm: w must be a floating-point tensor, got torch.bool$"):
         mxq.bf16_grouped_mm(x, w > 0, offs)
-    with pytest.raises(TypeError, match="^mxq.grouped_mm: scaling_mode must be a str, got NoneType$"):
-        grouped_mm(x, w, offs, scaling_mode=None)
-    with pytest.raises(RuntimeError, match='^mxq.grouped_mm: gemm="scaled_grouped_mm" needs a CUDA device of'):
-        grouped_mm(x, w, offs, gemm="scaled_grouped_mm")
+    with pytest.raises(TypeError, match="^mxq.grouped_mm: config must be a mxq.MXFP8Config or None, got str$"):
+        grouped_mm(x, w, offs, config="rceil")
+    with pytest.raises(RuntimeError, match='^mxq.grouped_mm: gemm="native" needs a CUDA device of'):
+        grouped_mm(x, w, offs, config=MXFP8Config(gemm="native"))
     with pytest.raises(ValueError, match=r"offs must hold one end offset per expert \(G = 4\), got 3"):
         grouped_mm(x, w, offs[:3])
     with pytest.raises(ValueError, match="must share K"):
         grouped_mm(x, torch.randn(4, 96, 32, dtype=torch.bfloat16), offs)
-    with pytest.raises(ValueError, match=r"the token count M must be a multiple of 32, got 112"):
-        grouped_mm(x[:112], w, offs)
     with pytest.raises(ValueError, match="N must be a multiple of 32, got 80"):
         grouped_mm(x, torch.randn(4, 80, 64, dtype=torch.bfloat16), offs)
-    with pytest.raises(ValueError, match='weight_scaling must be "32x32" or "1x32"'):
-        grouped_mm(x, w, offs, weight_scaling="1x1")
-    with pytest.raises(ValueError, match='activation_quantization_backend must be "fused" or "composed"'):
-        grouped_mm(x, w, offs, activation_quantization_backend="triton")
-    with pytest.raises(ValueError, match='gemm must be "auto", "emulated" or "scaled_grouped_mm"'):
-        grouped_mm(x, w, offs, gemm="cutlass")
-    # A malformed offs on the CPU: the library's checker's message, under the op the user called; the bf16
-    # reference checks it too (it used to return a result for any offs).
+    # A malformed offs on the CPU: a ValueError under the op the user called, before anything runs; the bf16
+    # reference checks it too. (Group sizes need not be multiples of 32.)
     for bad, rule in (
-        ([32, 48, 64, 96], r"offs\[1\]=48 is not a multiple of 32"),
+        ([-32, 48, 64, 96], r"offs\[0\]=-32 is negative"),
         ([32, 64, 64, 160], r"offs\[3\]=160 exceeds M=128"),
-        ([64, 32, 64, 96], r"offs must be non-decreasing"),
+        ([64, 32, 64, 96], r"offs\[1\]=32 is less than offs\[0\]=64 \(offs must be non-decreasing\)"),
     ):
         for fn, name in ((grouped_mm, "grouped_mm"), (mxq.bf16_grouped_mm, "bf16_grouped_mm")):
             with pytest.raises(ValueError, match=f"^mxq.{name}: {rule}"):
@@ -354,4 +354,76 @@ def test_deepcopy_and_state_dict_roundtrip():
     m = MXFP8GroupedExperts(2, 64, 64)
     m2 = copy.deepcopy(m)
     m2.load_state_dict(m.state_dict())
-    assert set(m.state_dict()) == {"w1", "w2", "w3"} and m2.config() == m.config()
+    assert set(m.state_dict()) == {"w1", "w2", "w3"} and m2.mxfp8_config == m.mxfp8_config
+
+
+def _pad_by_hand(t, sizes, tail):
+    """What a user writes without mxq's padding: each group's rows, then zero rows up to a multiple of 32, then the
+    tail rows; and the rows of the padded tensor that hold the caller's rows, in order."""
+    parts, keep, start, row = [], [], 0, 0
+    for n in sizes:
+        pad = -n % 32
+        parts += [t[start : start + n], t.new_zeros(pad, t.shape[1])]
+        keep += range(row, row + n)
+        start, row = start + n, row + n + pad
+    parts.append(t[start : start + tail])
+    keep += range(row, row + tail)
+    return torch.cat(parts), torch.tensor(keep, device=t.device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    "config",
+    [
+        MXFP8Config(),
+        MXFP8Config(activation_quantization_backend="composed", x_colwise="quantized"),
+        MXFP8Config(scaling_mode="floor", weight_scaling="1x32"),
+    ],
+    ids=["default", "composed_quantized", "floor_1x32"],
+)
+@pytest.mark.parametrize("sizes", [ANY_SIZES, [5, 0, 0, 3], SIZES], ids=["any", "tiny", "aligned"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_groups_of_any_size_equal_padding_by_hand(device, config, sizes, dtype):
+    """grouped_mm with group sizes that are not multiples of 32 (an empty group, a 1-row group, 3 tail rows) equals
+    padding every group to 32 by hand, calling grouped_mm on the padded rows and taking the caller's rows back:
+    y, dx and dW bitwise, on every recipe and input dtype. Aligned sizes go the same way (identity padding)."""
+    tail = 3
+    x, w, dy, offs = _data(device, 64, 96, sizes=sizes, tail=tail, seed=len(sizes) + sum(sizes))
+    x, w = x.to(dtype), w.to(dtype)
+    got = _run(lambda a, b: grouped_mm(a, b, offs, config=config), x, w, dy)
+
+    x_p, keep = _pad_by_hand(x, sizes, tail)
+    dy_p, _ = _pad_by_hand(dy, sizes, tail)
+    offs_p = _offs([n + (-n % 32) for n in sizes], device)
+    y_p, dx_p, dw = _run(lambda a, b: grouped_mm(a, b, offs_p, config=config), x_p, w, dy_p)
+    _identical(got, (y_p[keep], dx_p[keep], dw), f"{sizes} {dtype} {config}")
+    assert torch.count_nonzero(got[0][-tail:]) == 0 and torch.count_nonzero(got[1][-tail:]) == 0
+    empty = [g for g, n in enumerate(sizes) if n == 0]
+    assert all(torch.count_nonzero(got[2][g]) == 0 for g in empty)
+
+
+def test_padded_rows_layout():
+    """docs/numerics.md §13: group g starts at P_g = Σ roundup(n_j, 32); the tail follows the last padded end; the
+    buffer has roundup(M + 31·G, 32) rows."""
+    offs = torch.tensor([37, 37, 38, 70], dtype=torch.int32)  # sizes 37, 0, 1, 32; M = 75: a 5-row tail
+    offs_p, dest, Mp = mxq.moe.padded_rows(offs, 75)
+    assert offs_p.tolist() == [64, 64, 96, 128] and offs_p.dtype == torch.int32
+    assert dest.tolist() == [*range(37), 64, *range(96, 128), *range(128, 133)]
+    assert Mp == 224  # roundup(75 + 31·4, 32)
+
+
+@requires_cuda
+def test_malformed_offs_on_cuda_is_a_device_assertion(tmp_path):
+    """No host sync on CUDA, so a malformed offs cannot be a Python exception at the call: it fails a device-side
+    assertion (the process's CUDA context is lost, so this runs in a subprocess) instead of returning numbers."""
+    code = (
+        "import torch, mxq\n"
+        "x = torch.randn(128, 64, device='cuda'); w = torch.randn(4, 96, 64, device='cuda')\n"
+        "offs = torch.tensor([64, 32, 96, 128], dtype=torch.int32, device='cuda')\n"
+        "y = mxq.grouped_mm(x, w, offs)\n"
+        "torch.cuda.synchronize()\n"
+        "print('NO ERROR')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "NO ERROR" not in proc.stdout
+    assert "device-side assert" in proc.stderr or "offs must be non-decreasing" in proc.stderr, proc.stderr[-2000:]
