@@ -351,7 +351,7 @@ def main(argv=None) -> int:
         torch.manual_seed(args.seed)
         model = TinyMoETransformer(cfg).to(device)
         if name == "mxfp8":
-            # The defaults: weight_scaling="32x32", activation_quantization_backend="fused", scaling_mode="rceil".
+            # The default recipe, mxq.MXFP8Config(): 32x32 weight tiles, fused activation casts, RCEIL scales.
             summary = mxq.nn.convert(model)
             print(summary)
         runs[name] = train(name, model, data, cfg, args, device)

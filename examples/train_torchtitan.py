@@ -66,7 +66,7 @@ TIMING_SKIP = 10  # tokens/s is the median step time after the first TIMING_SKIP
 # Per-run settings: the defaults, and --tiny's (a CPU smoke test). Explicit flags override either.
 PRESETS: dict[str, dict[str, int]] = {
     "default": {"steps": 300, "batch": 8, "seq_len": 512, "log_every": 25, "warmup": 20},
-    "tiny": {"steps": 12, "batch": 2, "seq_len": 64, "log_every": 2, "warmup": 2},
+    "tiny": {"steps": 8, "batch": 2, "seq_len": 64, "log_every": 2, "warmup": 2},
 }
 
 

@@ -5,8 +5,9 @@
 #
 #   cpp     cmake --preset release, build everything (the CUDA kernels too when nvcc is found), ctest --preset
 #           release: the CPU suites run, the GPU suites skip without a GPU (counted in one line, not listed)
-#   python  a virtual environment ($MXQ_VENV, default .venv) with torch from PyPI and the build requirements,
-#           pip install --no-build-isolation ., pytest tests/python (CUDA tests skip without a CUDA device)
+#   python  a virtual environment ($MXQ_VENV, default .venv) with torch from PyPI, the build requirements and
+#           torchtitan's model code, pip install --no-build-isolation ., pytest tests/python (CUDA tests skip without
+#           a CUDA device)
 #   lint    scripts/lint.sh: clang-format over the C++/CUDA sources, ruff over the Python
 #
 # Every phase runs even when an earlier one failed; the exit status is non-zero when any failed. Each phase's
@@ -20,6 +21,10 @@ VENV=${MXQ_VENV:-$ROOT/.venv}
 # warning that it is missing). ruff is pinned: its formatter's output is part of the check.
 RUFF=ruff==0.17.6
 PY_PACKAGES=(torch numpy scikit-build-core cmake ninja pytest "$RUFF")
+# TorchTitan's model code for tests/python/test_torchtitan.py, pinned: torchtitan 0.3.0 and exactly what its model code
+# imports besides torch, without their own dependencies (torchtitan's full list pulls in datasets, tensorboard, ...).
+TORCHTITAN=(torchtitan==0.3.0 spmd_types==0.3.1 tyro==1.0.17 docstring_parser==0.18.0 dill==0.4.1 tqdm==4.70.1
+  typeguard==4.6.1)
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(cpp python lint)
 for p in "${phases[@]}"; do
@@ -60,6 +65,8 @@ phase_cpp() {
 phase_python() {
   local t=$SECONDS
   venv "${PY_PACKAGES[@]}" || return 1
+  echo "python: pip install --no-deps ${TORCHTITAN[*]}"
+  python -m pip install -q --disable-pip-version-check --no-deps "${TORCHTITAN[@]}" || return 1
   python -c 'import torch; print(f"python: torch {torch.__version__}, CUDA device: {torch.cuda.is_available()}")'
   echo "python: venv ready in $((SECONDS - t)) s; pip install --no-build-isolation ."
   t=$SECONDS

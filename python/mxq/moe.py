@@ -3,7 +3,7 @@
 ``grouped_mm(x, w, offs)``: x (M, K) holds tokens sorted by expert, w (G, N, K) one (N, K) weight per expert, offs (G,)
 int32 the cumulative group ends along M (non-decreasing, at most M; equal neighbours are an empty group; rows past
 offs[-1] are the uncovered tail). Groups may have **any size**: the rows are padded on the device to the MXFP8
-alignment of 32 (docs/numerics.md §13's padded row space: a worst-case buffer of roundup(M + 31·G, 32) rows, no host
+alignment of 32 (docs/numerics.md §12's padded row space: a worst-case buffer of roundup(M + 31·G, 32) rows, no host
 sync), the GEMMs run on the padded operands with the padded group ends, and the outputs and gradients come back in the
 caller's row order — bitwise what padding by hand gives. y (M, N) bf16, y_g = x_g · W_gᵀ; tail rows of y are 0 and
 their rows of dx are 0; an empty group's dW_g is 0. Operands and layouts, per GEMM (on the padded rows):
@@ -93,7 +93,7 @@ def grouped_gemm_path(device: torch.device, native: bool = False) -> str:
     return "emulated_grouped_mm" if bf16_grouped_mm_available(device) else "emulated_per_group"
 
 
-# ---- groups of any size: the padded row space (docs/numerics.md §13) ----
+# ---- groups of any size: the padded row space (docs/numerics.md §12) ----
 
 
 def padded_rows(offs: Tensor, M: int) -> tuple[Tensor, Tensor, int]:

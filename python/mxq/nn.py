@@ -83,10 +83,8 @@ class ConversionSummary(NamedTuple):
     others: list[Skipped]
 
     def __str__(self) -> str:
-        lines = [
-            f"mxq.nn.convert: {len(self.converted)} converted, {len(self.skipped)} skipped, "
-            f"{len(self.others)} other modules"
-        ]
+        counts = f"{len(self.converted)} converted, {len(self.skipped)} skipped, {len(self.others)} other modules"
+        lines = [f"mxq.nn.convert: {counts}"]
         if self.converted:
             w = max(len(c.name) for c in self.converted)
             lines.append("converted:")
@@ -259,9 +257,7 @@ def _patterns(owner: str, name: str, value) -> list[str] | None:
     raise ValueError(f"{owner}: {name} must be None, a pattern string or a list of them, got {value!r}")
 
 
-def convert(
-    model: tnn.Module, *, config: MXFP8Config | None = None, include=None, exclude=None
-) -> ConversionSummary:
+def convert(model: tnn.Module, *, config: MXFP8Config | None = None, include=None, exclude=None) -> ConversionSummary:
     """Converts ``model``'s linears and expert modules to MXFP8 in place with the recipe ``config`` (default:
     ``mxq.MXFP8Config()``) and returns the summary (module docstring). ``include`` / ``exclude``: an fnmatch pattern
     or a list of them, matched against fully qualified module names (the root module is ""). Raises TypeError for a

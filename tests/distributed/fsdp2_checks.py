@@ -84,12 +84,11 @@ class TinyMoE(nn.Module):
 
     def __init__(self, backend: str):
         super().__init__()
-        self.proj_in = mxq.MXFP8Linear(DIM, DIM, activation_quantization_backend=backend)
+        config = mxq.MXFP8Config(activation_quantization_backend=backend)
+        self.proj_in = mxq.MXFP8Linear(DIM, DIM, config=config)
         self.router = nn.Linear(DIM, EXPERTS, bias=False)  # 4 outputs: not an MXFP8 layer
-        self.experts = mxq.MXFP8GroupedExperts(
-            EXPERTS, DIM, HIDDEN, kind="swiglu", activation_quantization_backend=backend
-        )
-        self.proj_out = mxq.MXFP8Linear(DIM, DIM, bias=False, activation_quantization_backend=backend)
+        self.experts = mxq.MXFP8GroupedExperts(EXPERTS, DIM, HIDDEN, kind="swiglu", config=config)
+        self.proj_out = mxq.MXFP8Linear(DIM, DIM, bias=False, config=config)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.proj_in(x)  # bf16 (T, D)

@@ -164,7 +164,9 @@ def test_convert_in_place_keeps_modules_parameters_and_classes():
     assert sqnr(ref, out) >= 20
     text = str(summary)
     assert "4 converted, 3 skipped, 3 other modules" in text and "block.own" in text
-    assert "test_convert._Plain -> MXFP8_Plain" in text and "1 nn.Embedding, 1 nn.ModuleDict, 1 test_convert._Net" in text
+    assert (
+        "test_convert._Plain -> MXFP8_Plain" in text and "1 nn.Embedding, 1 nn.ModuleDict, 1 test_convert._Net" in text
+    )
 
 
 def test_include_exclude_patterns_and_config():

@@ -361,7 +361,9 @@ def test_config_recipes():
     assert MXFP8Config.recipe("mxfp8_rceil") == MXFP8Config()
     assert MXFP8Config() == MXFP8Config("32x32", "fused", "high_precision", "rceil", "auto")
     assert MXFP8Config.recipe("mxfp8_floor").scaling_mode == "floor"
-    assert MXFP8Config.recipe("mxfp8_rceil_1x32", gemm="emulated") == MXFP8Config(weight_scaling="1x32", gemm="emulated")
+    assert MXFP8Config.recipe("mxfp8_rceil_1x32", gemm="emulated") == MXFP8Config(
+        weight_scaling="1x32", gemm="emulated"
+    )
     with pytest.raises(ValueError, match='^mxq.MXFP8Config.recipe: name must be "mxfp8_rceil", "mxfp8_floor" or'):
         MXFP8Config.recipe("mxfp8")
     with pytest.raises(ValueError, match="^mxq.MXFP8Config: gemm must be"):

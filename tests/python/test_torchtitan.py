@@ -21,9 +21,9 @@ titan = pytest.importorskip(
 if not hasattr(titan.MXQConverter.Config, "model_compile_enabled"):
     pytest.skip("torchtitan < 0.3: the device's training run covers 0.2", allow_module_level=True)
 
-from torchtitan.models import deepseek_v3, llama3, qwen3  # noqa: E402
-from torchtitan.models.common.linear import Linear  # noqa: E402
-from torchtitan.models.common.moe import GroupedExperts  # noqa: E402
+from torchtitan.models import deepseek_v3, llama3, qwen3
+from torchtitan.models.common.linear import Linear
+from torchtitan.models.common.moe import GroupedExperts
 
 MODELS = {
     "deepseek_v3": (deepseek_v3, "debugmodel"),
@@ -106,7 +106,7 @@ def test_converted_deepseek_forward():
 def _moe_reference(moe, x):
     """TorchTitan's MoE.forward (routing, local dispatch, experts, combine, shared experts) with the experts and the
     shared experts computed by calling mxq.grouped_mm and mxq.mxfp8_linear directly."""
-    B, L, D = x.shape
+    B, _, D = x.shape
     scores, ids, scores_full = moe.router(x, moe.expert_bias_E)
     counts = torch.zeros_like(scores_full, dtype=torch.bool).scatter_(-1, ids, True).sum(dim=(0, 1))
     dispatcher = moe.routed_experts.token_dispatcher

@@ -126,4 +126,3 @@ else:
             return None
 
     register_model_converter(MXQConverter, "mxq")
-
