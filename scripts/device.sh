@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build everything once (core, CLI, C++ tests, fuzz driver and the torch
 # extension against the machine's torch), then the steps asked for, each logged to $OUT.
-# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [train] [sanitize] [profile] ...
+# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [train] [torchtitan] [sanitize] [profile]
 #        (default: build tests fuzz python bench eager train)
-# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS, TRAIN_ARGS, SANITIZE_* (sanitize.sh),
-#              PROFILE_ARGS, PROFILE_KERNEL, PROFILE_CACHE (the profile step).
-# Dependencies the device cannot download (GoogleTest sources, CLI11 headers) travel in .deps/ (docs/development.md).
+# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS, TRAIN_ARGS, TITAN_ARGS,
+#              PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh), PROFILE_ARGS, PROFILE_KERNEL,
+#              PROFILE_CACHE (the profile step).
+# Dependencies the device cannot download (GoogleTest sources, CLI11 headers) travel in .deps/, Python wheels (the
+# torchtitan step's torchtitan 0.2.x and its imports) in .whl/ (docs/development.md).
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 BUILD=${BUILD:-/tmp/mxq-build}
@@ -65,7 +67,7 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 if has python; then
   log "python"
   # xdist workers: a test that crashes its process is reported as failed instead of ending the run.
-  (cd /tmp && python3 -X faulthandler -m pytest -n 8 -q -rfE -p no:cacheprovider "$OLDPWD/tests/python" 2>&1) |
+  (cd /tmp && python3 -X faulthandler -m pytest -n 8 -q -rfE -p no:cacheprovider ${PYTEST_ARGS:-"$OLDPWD/tests/python"} 2>&1) |
     tee "$OUT/python.log" | tail -25 || status=1
 fi
 
@@ -98,5 +100,12 @@ if has train; then
   log "train"
   python3 examples/train_moe.py --device cuda --out-dir "$OUT" ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train.log" |
     tail -25 || status=1
+fi
+if has torchtitan; then
+  log "torchtitan"
+  # torchtitan 0.2.x (the newest release that imports with the device's torch 2.11) from the carried wheels.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+    PYTHONPATH="$PYTHONPATH:/tmp/site" python3 examples/train_torchtitan.py --device cuda --out-dir "$OUT" \
+      ${TITAN_ARGS:-} 2>&1 | tee "$OUT/torchtitan.log" | tail -40 || status=1
 fi
 exit $status

@@ -110,7 +110,7 @@ def padded_rows(offs: Tensor, M: int) -> tuple[Tensor, Tensor, int]:
     sizes = torch.diff(ends, prepend=ends.new_zeros(1))
     torch._assert_async(
         (sizes.min() >= 0) & (ends[-1] <= M),
-        "mxq.grouped_mm: offs must be non-decreasing, non-negative and at most M",
+        "mxq: the grouped GEMM's offs must be non-decreasing, non-negative and at most M",
     )
     padded = (sizes + BLOCK - 1) // BLOCK * BLOCK
     ends_p = torch.cumsum(padded, 0)
