@@ -13,10 +13,10 @@ The model: TorchTitan's own ``deepseek_v3`` ``debugmodel`` flavor (vocab 2048, d
 with 8 routed experts (top-3) and 2 shared ones —, multi-head latent attention through SDPA; ~33M parameters),
 built the way TorchTitan's trainer builds it: on the meta device, model converters applied, then ``to_empty`` and
 ``init_weights``. Training follows TorchTitan's single-device recipe: fp32 parameters, bf16 autocast (what
-``training.mixed_precision_param`` does without FSDP), AdamW (betas 0.9/0.95, weight decay 0.1), gradient clipping
-at 1.0 and the auxiliary-loss-free MoE load balancing (the expert-bias update TorchTitan runs before each optimizer
-step). On a CPU, bf16 autocast is off by default (``--precision auto``): CPUs without native bf16 GEMMs run them
-tens of times slower than fp32.
+``training.mixed_precision_param`` does without FSDP), AdamW (lr 8e-4, betas 0.9/0.95, weight decay 0.1; linear
+warm-up, then linear decay to 10%), gradient clipping at 1.0 and the auxiliary-loss-free MoE load balancing (the
+expert-bias update TorchTitan runs before each optimizer step). On a CPU, bf16 autocast is off by default
+(``--precision auto``): CPUs without native bf16 GEMMs run them tens of times slower than fp32.
 
 The two runs start from the same weights and see the same batches. Run 1: the model as TorchTitan builds it. Run 2:
 the mxq converter applied by name, the way a TorchTitan job config does it — ``--experimental.custom_import
@@ -245,7 +245,8 @@ def build_model(
 
 
 def import_converter_module() -> types.ModuleType:
-    """What ``--experimental.custom_import mxq.integrations.torchtitan`` does in TorchTitan's trainer."""
+    """What ``--experimental.custom_import mxq.integrations.torchtitan`` does in TorchTitan's trainer: importing
+    the module registers its converter under the name "mxq"."""
     try:
         return importlib.import_module(CUSTOM_IMPORT)
     except ImportError as e:
@@ -400,7 +401,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
     )
     p.add_argument("--warmup", type=int, help=f"linear warm-up steps (default {d['warmup']}; --tiny {tiny['warmup']})")
     p.add_argument("--log-every", type=int, help=f"print every N steps (default {d['log_every']})")
-    p.add_argument("--lr", type=float, default=3e-4, help="peak AdamW learning rate (default 3e-4)")
+    p.add_argument("--lr", type=float, default=8e-4, help="peak AdamW learning rate (default 8e-4, TorchTitan's)")
     p.add_argument("--seed", type=int, default=0, help="weights and data seed, the same for both runs (default 0)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda[:N] or cpu")
     p.add_argument(
@@ -428,8 +429,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
 
     try:
         device = torch.device(args.device)
-    except RuntimeError as e:
-        p.error(f"--device {args.device!r}: {e}")
+    except RuntimeError:
+        p.error(f"--device must be cuda[:N] or cpu, not {args.device!r}")
     if device.type not in ("cuda", "cpu"):
         p.error(f"--device must be cuda[:N] or cpu, not {args.device!r}")
     if device.type == "cuda":
@@ -454,6 +455,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
 def main(argv: list[str] | None = None) -> int:
     args, device = parse_args(argv)
     tt = load_torchtitan()
+    # Before any training, so that a missing mxq stops the script at once.
+    converter_module = None if args.bf16_only else import_converter_module()
     if device.type == "cpu":
         patch_cpu_histc()
     autocast = args.precision == "bf16"
@@ -490,12 +493,11 @@ def main(argv: list[str] | None = None) -> int:
     del model, converters
 
     summary_text, counts = None, None
-    if not args.bf16_only:
-        module = import_converter_module()  # registers the "mxq" converter, as the trainer's custom_import does
+    if converter_module is not None:
         mx_job_config = build_job_config(tt, args, converters=[CONVERTER])
         model, converters = build_model(tt, model_args, mx_job_config, device, args.seed)
         load_initial_state(model, initial_state)
-        summary = module.last_summary
+        summary = converter_module.last_summary
         summary_text = str(summary)
         counts = {"converted": len(summary.converted), "skipped": len(summary.skipped)}
         print(summary_text)
@@ -509,6 +511,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": vars(args),
         "model": {"name": "deepseek_v3", "flavor": FLAVOR, **dataclasses.asdict(model_args)},
         "attention": f"{model_args.attn_type} ({model_args.attn_mask_type})",
+        "experts": "torch._grouped_mm" if model_args.moe_args.use_grouped_mm else "for-loop",
         "compute": "bf16 autocast, fp32 weights" if autocast else "fp32",
         "parameters": n_params,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "torchtitan": tt.version},

@@ -105,7 +105,7 @@ if has torchtitan; then
   log "torchtitan"
   # torchtitan 0.2.x (the newest release that imports with the device's torch 2.11) from the carried wheels.
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
-    PYTHONPATH="$PYTHONPATH:/tmp/site" python3 examples/train_torchtitan.py --device cuda --out-dir "$OUT" \
+    PYTHONPATH="/tmp/site:$PYTHONPATH" python3 examples/train_torchtitan.py --device cuda --out-dir "$OUT" \
       ${TITAN_ARGS:-} 2>&1 | tee "$OUT/torchtitan.log" | tail -40 || status=1
 fi
 exit $status
