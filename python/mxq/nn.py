@@ -94,8 +94,8 @@ class ConversionSummary(NamedTuple):
             lines.append("skipped:")
             lines += [f"  {s.name:<{w}}  {s.type}: {s.reason}" for s in self.skipped]
         if self.others:
-            counts = Counter(o.type for o in self.others)
-            listed = ", ".join(f"{n} {t}" for t, n in sorted(counts.items()))
+            by_class = Counter(o.type for o in self.others)
+            listed = ", ".join(f"{n} {t}" for t, n in sorted(by_class.items()))
             lines.append(f"others (neither a linear nor an expert module; names in .others): {listed}")
         return "\n".join(lines)
 
@@ -133,8 +133,11 @@ _OVERRIDES = {
     "seam": {"_grouped_mm": _seam_grouped_mm},
     "w123": {"forward": _swiglu_forward},
 }
-_KNOWN = {(tnn.Linear, "linear"): MXFP8Linear, (GroupedExperts, "marker"): MXFP8GroupedExperts}
-_classes: dict[tuple[type, str], type] = dict(_KNOWN)
+# (class, style) -> its MXFP8 subclass; mxq's own classes have theirs
+_classes: dict[tuple[type, str], type] = {
+    (tnn.Linear, "linear"): MXFP8Linear,
+    (GroupedExperts, "marker"): MXFP8GroupedExperts,
+}
 
 
 def mxfp8_class(cls: type, style: str) -> type:
