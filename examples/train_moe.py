@@ -38,6 +38,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 
 import mxq
@@ -291,7 +292,9 @@ def write_plot(path: str, runs: dict, chance: float, floor: float) -> bool:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: skipping the loss plot (results.json has the curves)")
+        print(
+            "matplotlib is not installed (pip install matplotlib): skipping the loss plot; results.json has the curves"
+        )
         return False
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, r in runs.items():
@@ -322,11 +325,31 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="a tiny config (the CPU smoke test)")
     args = p.parse_args(argv)
     if args.steps < 1:
-        p.error("--steps must be at least 1")
-
-    device = torch.device(args.device)
+        p.error(f"--steps must be at least 1, got {args.steps}")
+    if args.log_every < 1:
+        p.error(f"--log-every must be at least 1, got {args.log_every}")
+    if not args.tolerance >= 0:  # also refuses nan
+        p.error(f"--tolerance must be a non-negative fraction (0.01 = 1%), got {args.tolerance}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        p.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    if device.type not in ("cpu", "cuda"):
+        p.error(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: this torch sees no CUDA device (use --device cpu)")
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+        with tempfile.TemporaryFile(dir=args.out_dir):
+            pass
+    except OSError as e:
+        p.error(f"--out-dir {args.out_dir!r} is not a writable directory: {e.strerror}")
     cfg = TINY if args.tiny else Config()
-    os.makedirs(args.out_dir, exist_ok=True)
+    if device.type == "cpu" and not args.tiny:
+        print(
+            "note: the full config on a CPU takes about 18 minutes for 300 steps (2 cores); --tiny runs the "
+            "smoke-test config in seconds"
+        )
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
 
