@@ -150,3 +150,23 @@ def test_not_used_during_graph_capture():
             want = layer(x)
     torch.cuda.synchronize()
     assert torch.equal(y.view(torch.uint8), want.view(torch.uint8))
+
+
+def test_seam_views_hit_the_cache_and_computed_weights_are_not_cached():
+    """TorchTitan's grouped-GEMM seam hands mxq.grouped_mm ``w.transpose(-2, -1).transpose(-2, -1)``-style views of a
+    parameter: a view covering its base exactly is the base, so it is quantized once per block. A computed weight (a
+    cast of an fp32 master weight) is a new tensor every call: never cached, so the cache does not grow with calls."""
+    import mxq
+
+    w = nn.Parameter(torch.randn(4, 96, 64, dtype=torch.bfloat16))
+    w32 = nn.Parameter(torch.randn(4, 96, 64))
+    x = torch.randn(100, 64, dtype=torch.bfloat16)
+    offs = torch.tensor([10, 10, 60, 100], dtype=torch.int32)
+    with reuse_quantized_weights(), _CountWeightQuantizations() as count:
+        for _ in range(3):
+            mxq.grouped_mm(x, w.transpose(-2, -1).transpose(-2, -1), offs)
+        assert len(count.calls) == 1
+        for _ in range(3):
+            mxq.grouped_mm(x, w32.bfloat16(), offs)
+        assert len(count.calls) == 4
+        assert len(mxq.linear._reuse.cache) == 1
