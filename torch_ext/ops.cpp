@@ -113,10 +113,16 @@ struct DeviceGuard {
 #endif
 };
 
+// A dtype as Python prints it ("torch.float64"), not c10's name ("Double").
+std::string torch_dtype(at::ScalarType t) {
+  return "torch." + std::string(c10::getDtypeNames(t).first);
+}
+
 void check_offs(const char* op, const OptTensor& offs, const Tensor& x, const char* x_name) {
   if (!offs.has_value()) return;
   const Tensor& o = *offs;
-  TORCH_CHECK_TYPE(o.scalar_type() == at::kInt, op, ": offs must be int32, got ", o.scalar_type());
+  TORCH_CHECK_TYPE(o.scalar_type() == at::kInt, op, ": offs must be torch.int32, got ",
+                   torch_dtype(o.scalar_type()));
   TORCH_CHECK_VALUE(o.dim() == 1, op, ": offs must be 1-D (G,), got a ", o.dim(),
                     "-D tensor of shape ", o.sym_sizes());
   TORCH_CHECK_VALUE(o.is_contiguous(), op, ": offs must be contiguous, got strides ",
@@ -182,8 +188,9 @@ struct QuantizeCall {
 QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block_size,
                                   c10::string_view scaling_mode, const OptTensor& offs) {
   const std::optional<DType> dtype = input_dtype(x.scalar_type());
-  TORCH_CHECK_TYPE(dtype.has_value(), op, ": x must be bfloat16, float16 or float32, got ",
-                   x.scalar_type());
+  TORCH_CHECK_TYPE(dtype.has_value(), op,
+                   ": x must be torch.bfloat16, torch.float16 or torch.float32, got ",
+                   torch_dtype(x.scalar_type()));
   TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-D (M, K), got a ", x.dim(),
                     "-D tensor of shape ", x.sym_sizes());
   TORCH_CHECK_VALUE(x.is_contiguous(), op, ": x must be contiguous (row-major), got strides ",
@@ -277,9 +284,8 @@ bool is_transpose_contiguous(const Tensor& t) {
 
 void check_output(const char* op, const char* name, const Tensor& t, const Tensor& x,
                   at::ScalarType dtype, const std::array<SymInt, 2>& sizes, bool transposed) {
-  TORCH_CHECK_TYPE(t.scalar_type() == dtype, op, ": ", name, " must be ",
-                   dtype == at::kFloat8_e4m3fn ? "float8_e4m3fn" : "float8_e8m0fnu", ", got ",
-                   t.scalar_type());
+  TORCH_CHECK_TYPE(t.scalar_type() == dtype, op, ": ", name, " must be ", torch_dtype(dtype),
+                   ", got ", torch_dtype(t.scalar_type()));
   TORCH_CHECK_VALUE(t.device() == x.device(), op, ": ", name, " must be on x's device (",
                     x.device(), "), got ", t.device());
   const bool shape_ok = t.dim() == 2 && t.sym_size(0)
@@ -390,15 +396,16 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
                         ? ": the blocked layout takes no offs (pass layout=\"m_groups\" for "
                           "rowwise data or \"k_groups\" for colwise data)"
                         : ": the grouped layouts need offs");
-  TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat8_e4m3fn, op, ": q must be float8_e4m3fn, got ",
-                   q.scalar_type());
+  TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat8_e4m3fn, op,
+                   ": q must be torch.float8_e4m3fn, got ", torch_dtype(q.scalar_type()));
   TORCH_CHECK_VALUE(q.dim() == 2, op, ": q must be 2-D (rows, cols), got a ", q.dim(),
                     "-D tensor of shape ", q.sym_sizes());
   TORCH_CHECK_VALUE(q.is_contiguous(), op, ": q must be contiguous (rows, cols), got strides ",
                     q.sym_strides(), " for shape ", q.sym_sizes(),
                     "; for colwise data pass q_col.t(), the (K, M) array");
   TORCH_CHECK_TYPE(scales.scalar_type() == at::kFloat8_e8m0fnu, op,
-                   ": scales must be float8_e8m0fnu, got ", scales.scalar_type());
+                   ": scales must be torch.float8_e8m0fnu, got ",
+                   torch_dtype(scales.scalar_type()));
   TORCH_CHECK_VALUE(scales.dim() == 2 && scales.is_contiguous(), op,
                     ": scales must be a contiguous 2-D tensor, got shape ", scales.sym_sizes(),
                     " strides ", scales.sym_strides());
@@ -459,8 +466,9 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
                        c10::string_view weight_scaling, bool rowwise, bool colwise) {
   constexpr const char* op = "mxq.quantize_weight";
   const std::optional<DType> dtype = input_dtype(w.scalar_type());
-  TORCH_CHECK_TYPE(dtype.has_value(), op, ": w must be bfloat16, float16 or float32, got ",
-                   w.scalar_type());
+  TORCH_CHECK_TYPE(dtype.has_value(), op,
+                   ": w must be torch.bfloat16, torch.float16 or torch.float32, got ",
+                   torch_dtype(w.scalar_type()));
   TORCH_CHECK_VALUE(w.dim() == 2 || w.dim() == 3, op,
                     ": w must be 2-D (N, K) or 3-D (G, N, K), got a ", w.dim(),
                     "-D tensor of shape ", w.sym_sizes());
@@ -535,8 +543,8 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
 
 void validate_offs(const Tensor& offs, int64_t M) {
   constexpr const char* op = "mxq.validate_offs";
-  TORCH_CHECK_TYPE(offs.scalar_type() == at::kInt, op, ": offs must be int32, got ",
-                   offs.scalar_type());
+  TORCH_CHECK_TYPE(offs.scalar_type() == at::kInt, op, ": offs must be torch.int32, got ",
+                   torch_dtype(offs.scalar_type()));
   TORCH_CHECK_VALUE(offs.dim() == 1, op, ": offs must be 1-D (G,), got a ", offs.dim(),
                     "-D tensor of shape ", offs.sizes());
   const Tensor o = offs.contiguous();

@@ -291,7 +291,7 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
     check_float_tensor(owner, "w", w)
     check_type(owner, "offs", offs, Tensor)
     if offs.dtype != torch.int32:
-        raise TypeError(f"{owner}: offs must be int32, got {offs.dtype}")
+        raise TypeError(f"{owner}: offs must be torch.int32, got {offs.dtype}")
     if x.dim() != 2:
         raise ValueError(f"{owner}: x must be 2-D (M, K) tokens sorted by expert, got shape {tuple(x.shape)}")
     if w.dim() != 3:

@@ -28,7 +28,9 @@ def _raises(exc, text):
 @pytest.mark.parametrize("name", QUANT_OPS)
 class TestQuantizeArguments:
     def test_x_dtype(self, name, device):
-        with _raises(TypeError, f"mxq.{name}: x must be bfloat16, float16 or float32, got Double"):
+        with _raises(
+            TypeError, f"mxq.{name}: x must be torch.bfloat16, torch.float16 or torch.float32, got torch.float64"
+        ):
             op(name)(_x(device, dtype=torch.float64))
 
     def test_x_rank(self, name, device):
@@ -52,7 +54,7 @@ class TestQuantizeArguments:
             op(name)(_x(device), 32, "RCEIL")
 
     def test_offs_dtype(self, name, device):
-        with _raises(TypeError, f"mxq.{name}: offs must be int32, got Long"):
+        with _raises(TypeError, f"mxq.{name}: offs must be torch.int32, got torch.int64"):
             op(name)(_x(device), offs=_offs(device).long())
 
     def test_offs_rank(self, name, device):
@@ -142,7 +144,7 @@ class TestDequantizeArguments:
 
     def test_q_dtype(self, device):
         _q_row, s_row, _, _ = self._q(device)
-        with _raises(TypeError, "mxq.dequantize: q must be float8_e4m3fn, got BFloat16"):
+        with _raises(TypeError, "mxq.dequantize: q must be torch.float8_e4m3fn, got torch.bfloat16"):
             mxq.dequantize(_x(device), s_row)
 
     def test_q_rank(self, device):
@@ -157,7 +159,7 @@ class TestDequantizeArguments:
 
     def test_scales_dtype(self, device):
         q_row, s_row, _, _ = self._q(device)
-        with _raises(TypeError, "mxq.dequantize: scales must be float8_e8m0fnu, got Byte"):
+        with _raises(TypeError, "mxq.dequantize: scales must be torch.float8_e8m0fnu, got torch.uint8"):
             mxq.dequantize(q_row, s_row.view(torch.uint8))
 
     def test_scales_shape(self, device):
@@ -189,7 +191,7 @@ class TestDequantizeArguments:
 
     def test_offs_dtype(self, device):
         q_row, s_row, _, _ = self._q(device)
-        with _raises(TypeError, "mxq.dequantize: offs must be int32, got Long"):
+        with _raises(TypeError, "mxq.dequantize: offs must be torch.int32, got torch.int64"):
             mxq.dequantize(q_row, s_row, _offs(device).long(), layout="m_groups")
 
 
@@ -277,7 +279,7 @@ def test_validate_offs_messages(device):
     ):
         with _raises(ValueError, f"mxq.validate_offs: M {rule}"):
             mxq.validate_offs(_offs(device, (0,)), bad_M)
-    with _raises(TypeError, "mxq.validate_offs: offs must be int32, got Long"):
+    with _raises(TypeError, "mxq.validate_offs: offs must be torch.int32, got torch.int64"):
         mxq.validate_offs(_offs(device).long(), M)
     with _raises(ValueError, "mxq.validate_offs: offs must be 1-D (G,), got a 2-D tensor of shape [1, 2]"):
         mxq.validate_offs(_offs(device).view(1, 2), M)

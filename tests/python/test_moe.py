@@ -311,7 +311,7 @@ def test_errors():
         grouped_mm(x.view(2, 64, 64), w, offs)
     with pytest.raises(ValueError, match=r"mxq.grouped_mm: w must be 3-D \(G, N, K\)"):
         grouped_mm(x, w[0], offs)
-    with pytest.raises(TypeError, match="^mxq.grouped_mm: offs must be int32, got torch.int64$"):
+    with pytest.raises(TypeError, match="^mxq.grouped_mm: offs must be torch.int32, got torch.int64$"):
         grouped_mm(x, w, offs.long())
     with pytest.raises(TypeError, match="^mxq.grouped_mm: offs must be a torch.Tensor, got list$"):
         grouped_mm(x, w, [32, 64, 64, 96])

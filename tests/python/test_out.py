@@ -111,13 +111,13 @@ class TestOutArguments:
         self._check(
             device,
             TypeError,
-            "mxq.quantize: s_col must be float8_e8m0fnu, got Byte",
+            "mxq.quantize: s_col must be torch.float8_e8m0fnu, got torch.uint8",
             lambda x, b: {"s_col": b.s_col.view(torch.uint8)},
         )
         self._check(
             device,
             TypeError,
-            "mxq.quantize: q_row must be float8_e4m3fn, got Float8_e5m2",
+            "mxq.quantize: q_row must be torch.float8_e4m3fn, got torch.float8_e5m2",
             lambda x, b: {"q_row": b.q_row.view(torch.float8_e5m2)},
         )
 

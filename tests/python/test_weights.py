@@ -271,8 +271,20 @@ SCALING = OP + 'weight_scaling must be "1x32" or "32x32", got '
 ERROR_CASES = [
     ("rank 1", lambda: torch.zeros(64), {}, ValueError, RANK + "1-D"),
     ("rank 4", lambda: torch.zeros(1, 2, 32, 32), {}, ValueError, RANK + "4-D"),
-    ("int", lambda: torch.zeros(32, 32, dtype=torch.int32), {}, TypeError, OP + "w must be bfloat16, float16 or"),
-    ("fp8", lambda: torch.zeros(32, 32).to(E4M3), {}, TypeError, OP + "w must be bfloat16, float16 or float32"),
+    (
+        "int",
+        lambda: torch.zeros(32, 32, dtype=torch.int32),
+        {},
+        TypeError,
+        OP + "w must be torch.bfloat16, torch.float16 or",
+    ),
+    (
+        "fp8",
+        lambda: torch.zeros(32, 32).to(E4M3),
+        {},
+        TypeError,
+        OP + "w must be torch.bfloat16, torch.float16 or torch.float32",
+    ),
     ("N 100", lambda: torch.zeros(2, 100, 64), {}, ValueError, OP + "N must be a multiple of 32, got 100"),
     ("N 48", lambda: torch.zeros(48, 48), {}, ValueError, OP + "N must be a multiple of 32, got 48"),
     ("K 80", lambda: torch.zeros(3, 64, 80), {}, ValueError, OP + "K must be a multiple of 32, got 80"),
