@@ -85,7 +85,8 @@ def quantize(
     identical bytes. CPU tensors run the bit-exact C++ reference for either backend.
 
     ``out``: write into these tensors instead of allocating (fused backend only), e.g. buffers from
-    :func:`empty_quantized` reused across steps; returns ``out``. Each must have the dtype, shape and strides that
+    :func:`empty_quantized` reused across steps (an MXTensors, or a tuple or list of the four); returns them as an
+    MXTensors. Each must have the dtype, shape and strides that
     quantize would return, on x's device, overlapping nothing else; the requested axes' pairs are given, the others
     are None. This is the cheapest eager call: no allocation (docs/performance.md, "Eager cost"). Under
     torch.compile the call is traced as the allocating op and copies into ``out`` (inductor plans the buffers; it
@@ -117,11 +118,13 @@ def quantize(
     if out is not None:
         if backend != "fused":
             raise ValueError(f'mxq.quantize: out needs backend="fused", got {backend!r}')
-        if not isinstance(out, tuple) or len(out) != 4:
+        if not isinstance(out, (tuple, list)) or len(out) != 4:
             raise TypeError(
-                f"mxq.quantize: out must be an MXTensors (q_row, s_row, q_col, s_col), got {type(out).__name__}"
-                + (f" of {len(out)} entries" if isinstance(out, tuple) else "")
+                "mxq.quantize: out must be an MXTensors, or a tuple or list of 4 (q_row, s_row, q_col, s_col), got "
+                + type(out).__name__
+                + (f" of {len(out)} entries" if isinstance(out, (tuple, list)) else "")
             )
+        out = out if isinstance(out, MXTensors) else MXTensors(*out)
         q_row, s_row, q_col, s_col = out
         if (q_row is not None or s_row is not None) != rowwise or (q_col is not None or s_col is not None) != colwise:
             given = [name for name, t in zip(MXTensors._fields, out) if t is not None]

@@ -20,6 +20,9 @@ def _offs(device, values=(128, 256)):
     return torch.tensor(values, dtype=torch.int32, device=device)
 
 
+OUT_RULE = "mxq.quantize: out must be an MXTensors, or a tuple or list of 4 (q_row, s_row, q_col, s_col), "
+
+
 def _raises(exc, text):
     return pytest.raises(exc, match=re.escape(text))
 
@@ -224,8 +227,12 @@ def test_wrapper_argument_types():
         ("mxq.quantize: backend must be a str, got NoneType", lambda: mxq.quantize(x, backend=None)),
         ("mxq.quantize: offs must be a torch.Tensor, got list", lambda: mxq.quantize(x, offs=[128, 256])),
         (
-            "mxq.quantize: out must be an MXTensors (q_row, s_row, q_col, s_col), got tuple of 3 entries",
+            OUT_RULE + "got tuple of 3 entries",
             lambda: mxq.quantize(x, out=(None,) * 3),
+        ),
+        (
+            OUT_RULE + "got dict",
+            lambda: mxq.quantize(x, out={}),
         ),
         ("mxq.empty_quantized: x must be a torch.Tensor, got NoneType", lambda: mxq.empty_quantized(None)),
         ("mxq.quantize_weight: w must be a torch.Tensor, got NoneType", lambda: mxq.quantize_weight(None)),

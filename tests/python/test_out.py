@@ -59,6 +59,12 @@ def test_out_equals_the_allocating_op(mode, G, axes, device):
         got = mxq.quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=mode, offs=offs, out=bufs)
         assert got is bufs
         assert _bytes_equal(got, want), f"poison {poison:#x}"
+    # A plain tuple or list of the four serves as well, and comes back as an MXTensors of the same tensors.
+    for container in (tuple, list):
+        _poison(bufs, 0xA5)
+        got = mxq.quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=mode, offs=offs, out=container(bufs))
+        assert type(got) is mxq.MXTensors and all(a is b for a, b in zip(got, bufs))
+        assert _bytes_equal(got, want), container.__name__
 
 
 @pytest.mark.parametrize("device", DEVICES)
