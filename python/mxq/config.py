@@ -62,7 +62,7 @@ def check_choice(owner: str, name: str, value, choices) -> None:
     if value not in choices:
         quoted = [f'"{c}"' for c in choices]
         listed = quoted[0] if len(quoted) == 1 else f"{', '.join(quoted[:-1])} or {quoted[-1]}"
-        raise ValueError(f"{owner}: {name} must be {listed}, got {value!r}")
+        raise ValueError(f'{owner}: {name} must be {listed}, got "{value}"')
 
 
 def check_config(owner: str, config) -> MXFP8Config:

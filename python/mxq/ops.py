@@ -117,7 +117,7 @@ def quantize(
         )
     if out is not None:
         if backend != "fused":
-            raise ValueError(f'mxq.quantize: out needs backend="fused", got {backend!r}')
+            raise ValueError(f'mxq.quantize: out needs backend="fused", got "{backend}"')
         if not isinstance(out, (tuple, list)) or len(out) != 4:
             raise TypeError(
                 "mxq.quantize: out must be an MXTensors, or a tuple or list of 4 (q_row, s_row, q_col, s_col), got "
@@ -169,7 +169,7 @@ def quantize(
                 f'use backend="fused" for rowwise={rowwise}, colwise={colwise}'
             )
         return MXTensors(*_quantize_composed(x, 32, scaling_mode, offs))
-    raise ValueError(f'mxq.quantize: backend must be "fused" or "composed", got {backend!r}')
+    raise ValueError(f'mxq.quantize: backend must be "fused" or "composed", got "{backend}"')
 
 
 def empty_quantized(x: Tensor, *, rowwise: bool = True, colwise: bool = True, offs: Tensor | None = None) -> MXTensors:

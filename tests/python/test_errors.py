@@ -203,7 +203,7 @@ class TestDequantizeArguments:
 
 def test_quantize_wrapper_arguments():
     x = _x("cpu")
-    with _raises(ValueError, 'mxq.quantize: backend must be "fused" or "composed", got \'triton\''):
+    with _raises(ValueError, 'mxq.quantize: backend must be "fused" or "composed", got "triton"'):
         mxq.quantize(x, backend="triton")
     with _raises(ValueError, 'mxq.quantize: scaling_mode must be "rceil" or "floor", got "even"'):
         mxq.quantize(x, scaling_mode="even")

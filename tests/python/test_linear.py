@@ -351,7 +351,7 @@ def test_argument_type_bias_device_and_capability_errors():
 def test_config_option_errors(option, value):
     """MXFP8Config checks every field once, when it is made: a value outside the choices is a ValueError naming the
     field and the value, a value that is not a str a TypeError; the layers then check nothing per call."""
-    with pytest.raises(ValueError, match=f"^mxq.MXFP8Config: {option} must be .*, got '{value}'$"):
+    with pytest.raises(ValueError, match=f'^mxq.MXFP8Config: {option} must be .*, got "{value}"$'):
         MXFP8Config(**{option: value})
     with pytest.raises(TypeError, match=f"^mxq.MXFP8Config: {option} must be a str, got int$"):
         MXFP8Config(**{option: 1})

@@ -185,7 +185,7 @@ class TestOutArguments:
             "mxq.quantize: out must hold the requested axes' outputs (rowwise=True, colwise=False) and None elsewhere",
             colwise=False,
         )
-        self._check(device, ValueError, "mxq.quantize: out needs backend=\"fused\", got 'composed'", backend="composed")
+        self._check(device, ValueError, 'mxq.quantize: out needs backend="fused", got "composed"', backend="composed")
         x, _ = _inputs(device)
         bufs = mxq.empty_quantized(x)
         with _raises(ValueError, "mxq.quantize: out must give q_row and s_row together"):
