@@ -16,7 +16,8 @@ reason):
 - **Linears**: ``nn.Linear`` and every subclass whose ``forward`` is ``nn.Linear.forward`` (TorchTitan's ``Linear``,
   say). Safe because such a module computes exactly ``F.linear(x, self.weight, self.bias)`` from its own attributes,
   and the MXFP8 forward computes the MXFP8 form of that same expression from the same attributes; a subclass that
-  overrides ``forward`` may compute anything else and is skipped.
+  overrides ``forward`` may compute anything else and is skipped, and so is ``nn.MultiheadAttention``'s
+  ``out_proj`` (torch's ``NonDynamicallyQuantizableLinear``: its parent uses the weight without calling it).
 - **Expert modules**, recognized in this order:
 
   1. ``mxq_experts = "swiglu"`` or ``"linear"`` (mxq's marker; the interface in mxq.moe's docstring): ``forward``
@@ -52,6 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch import nn as tnn
+from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
 from .config import MXFP8Config, check_config
 from .linear import BLOCK, MXFP8Linear, reuse_quantized_weights
@@ -202,6 +204,8 @@ def plan(m: tnn.Module, style: str) -> tuple[dict, str] | str:
     reason it is not converted."""
     cls = type(m)
     if style == "linear":
+        if isinstance(m, NonDynamicallyQuantizableLinear):
+            return "nn.MultiheadAttention's out_proj: its parent reads the weight itself, never calls its forward"
         if cls.forward is not tnn.Linear.forward:
             return f"overrides forward ({cls.__qualname__}.forward); only nn.Linear's own forward is converted"
         bad = _not_multiples({"in_features": m.in_features, "out_features": m.out_features})

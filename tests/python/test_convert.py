@@ -405,3 +405,14 @@ def test_train_moe_example_cpu_smoke(tmp_path):
     assert result["within_tolerance"] and abs(result["ratio_mxfp8_over_bf16"] - 1) <= 0.05
     assert {c["name"] for c in result["conversion"]["converted"]} >= {"head", "blocks.1.ffn.experts"}
     assert {s["name"] for s in result["conversion"]["skipped"]} == {"blocks.1.ffn.router"}
+
+
+def test_multihead_attention_out_proj_is_skipped():
+    """nn.MultiheadAttention reads out_proj's weight itself (F.multi_head_attention_forward) and never calls its
+    forward: converting it would change nothing, so the summary says so instead of claiming it."""
+    net = nn.ModuleDict({"attn": nn.MultiheadAttention(64, 4), "fc": nn.Linear(64, 64)})
+    summary = mxq.nn.convert(net)
+    assert _names(summary.converted) == ["fc"]
+    assert {s.name: s.reason for s in summary.skipped} == {
+        "attn.out_proj": "nn.MultiheadAttention's out_proj: its parent reads the weight itself, never calls its forward"
+    }
