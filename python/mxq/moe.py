@@ -311,8 +311,8 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
         # The offsets are on the host: check them here, under this op's name (on the GPU, padded_rows asserts on the
         # device).
         M = x.shape[0]
-        for g, end in enumerate(offs.tolist()):
-            prev = int(offs[g - 1]) if g else 0
+        ends = offs.tolist()
+        for g, (prev, end) in enumerate(zip([0, *ends], ends)):
             if end < prev:
                 rule = "is negative" if g == 0 else f"is less than offs[{g - 1}]={prev} (offs must be non-decreasing)"
                 raise ValueError(f"{owner}: offs[{g}]={end} {rule}")
