@@ -13,7 +13,6 @@ and Meta impls; see torch_ext/ops.cpp). The typed Python API:
     mxq.MXFP8GroupedExperts(...)              # mxq.moe; mxq.GroupedExperts is the bf16 reference module
     mxq.nn.convert(model, config=None)        # linears and expert modules to MXFP8, in place (docs/training.md)
     mxq.integrations.torchtitan               # TorchTitan's model converter (imports torchtitan; not loaded here)
-    mxq.testing                               # a pure-torch reference written from docs/numerics.md
 
 Set MXQ_TORCH_LIBRARY to a built libmxq_torch.so to use a build tree instead of the installed library.
 """
@@ -53,7 +52,7 @@ def _load_extension() -> str:
 
 _library_path = _load_extension()
 
-from . import nn, testing
+from . import nn
 from .config import MXFP8Config
 from .linear import MXFP8Linear, mxfp8_linear
 from .moe import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
@@ -86,7 +85,6 @@ __all__ = [
     "nn",
     "quantize",
     "quantize_weight",
-    "testing",
     "validate_offs",
 ]
 __version__ = "0.1.0"

@@ -47,7 +47,8 @@ from .config import MXFP8Config, check_config
 from .ops import check_type
 
 _ops = torch.ops.mxq
-BLOCK = 32
+BLOCK = 32  # elements per scale block (docs/numerics.md §2)
+ATOM_ROWS, ATOM_COLS = 128, 4  # one 128x4 scale atom of the blocked layout (docs/numerics.md §5)
 
 
 def round_up(v: int, m: int) -> int:
@@ -163,7 +164,7 @@ def layer_weight_operands(weight: Tensor, w: Tensor, scaling_mode: str, weight_s
 
 def blocked_scales(s: Tensor, rows: int, cols: int) -> Tensor:
     """The 2-D (roundup(rows,128), roundup(cols/32,4)) view of the blocked scales of a (rows, cols) operand."""
-    return s.reshape(round_up(rows, 128), round_up(cols // BLOCK, 4))
+    return s.reshape(round_up(rows, ATOM_ROWS), round_up(cols // BLOCK, ATOM_COLS))
 
 
 def mx_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, native: bool) -> Tensor:

@@ -55,6 +55,8 @@ from torch import Tensor, nn
 
 from .config import MXFP8Config, check_choice, check_config
 from .linear import (
+    ATOM_COLS,
+    ATOM_ROWS,
     BLOCK,
     check_float_tensor,
     check_multiple_of_32,
@@ -203,8 +205,8 @@ def _dequantize_experts(q: Tensor, s: Tensor) -> Tensor:
     segments for offs = [R, 2R, ..., GR] are exactly these regions (the empty tail segment and the allocation's slack
     are padded with zero bytes)."""
     G, R, C = q.shape
-    Rp, Cp = round_up(R, 128), round_up(C // BLOCK, 4)
-    slack = round_up(G * R, 128) + 128 * G - G * Rp
+    Rp, Cp = round_up(R, ATOM_ROWS), round_up(C // BLOCK, ATOM_COLS)
+    slack = round_up(G * R, ATOM_ROWS) + ATOM_ROWS * G - G * Rp
     s_u8 = s.reshape(G * Rp, Cp).view(torch.uint8)
     s_mg = torch.cat([s_u8, s_u8.new_zeros(slack, Cp)]).view(torch.float8_e8m0fnu)
     ends = torch.arange(1, G + 1, device=q.device, dtype=torch.int32) * R

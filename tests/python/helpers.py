@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import mxq
 import pytest
 import torch
-from mxq.testing import assert_bytes_equal
+import torch_reference
+from torch_reference import assert_bytes_equal
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -102,7 +103,7 @@ def assert_outputs_equal(
 
 def reference_outputs(name: str, x: torch.Tensor, mode: str, offs: torch.Tensor | None) -> tuple:
     """The pure-torch reference's outputs of op ``name`` (subset of the four)."""
-    q_row, s_row, q_col, s_col = mxq.testing.quantize(x.cpu(), mode, None if offs is None else offs.cpu())
+    q_row, s_row, q_col, s_col = torch_reference.quantize(x.cpu(), mode, None if offs is None else offs.cpu())
     if name == "quantize_rowwise":
         # s_row does not depend on offs for the supported 128-multiple groups (M-groups == dense).
         return q_row, s_row

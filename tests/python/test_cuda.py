@@ -22,8 +22,8 @@ from helpers import (
     spec4_matrix,
     stable_seed,
 )
-from mxq import testing as T
-from mxq.testing import assert_bytes_equal
+import torch_reference as T
+from torch_reference import assert_bytes_equal
 
 pytestmark = requires_cuda
 
@@ -32,7 +32,7 @@ DUAL = ("q_row", "s_row", "q_col", "s_col")
 
 
 def _check_three_ways(name, x, mode, offs, label=""):
-    """op(x.cuda()) == op(x.cpu()) == mxq.testing, raw bytes, dtypes, shapes and strides."""
+    """op(x.cuda()) == op(x.cpu()) == tests/python/torch_reference.py, raw bytes, dtypes, shapes and strides."""
     names = OUTPUT_NAMES[name]
     ref = reference_outputs(name, x, mode, offs)
     cpu = op(name)(x, 32, mode, offs)
@@ -78,7 +78,7 @@ def test_grouped_edge_offsets(offs):
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("name", QUANT_OPS)
 def test_spec4_special_blocks(name, mode):
-    # The docs/numerics.md §4 blocks along K (rowwise) and, through x.t(), along M (colwise); mxq.testing is checked against
+    # The docs/numerics.md §4 blocks along K (rowwise) and, through x.t(), along M (colwise); tests/python/torch_reference.py is checked against
     # the table itself in test_reference.py.
     x, _ = spec4_matrix(128)
     for xx in (x, x.t().contiguous()):

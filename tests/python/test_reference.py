@@ -1,6 +1,6 @@
 """The two references against each other and against docs/numerics.md's worked examples; CPU only, no CUDA needed.
 
-op(x.cpu()) runs the C++ reference; mxq.testing is the pure-torch reference written from docs/numerics.md. Both must agree
+op(x.cpu()) runs the C++ reference; tests/python/torch_reference.py is the pure-torch reference written from docs/numerics.md. Both must agree
 byte for byte with each other and with the tables of docs/numerics.md §3-§6.
 """
 
@@ -22,8 +22,8 @@ from helpers import (
     spec4_matrix,
     stable_seed,
 )
-from mxq import testing as T
-from mxq.testing import assert_bytes_equal
+import torch_reference as T
+from torch_reference import assert_bytes_equal
 
 MODES = ["rceil", "floor"]
 

@@ -1,7 +1,7 @@
 """Expert weights (docs/numerics.md §11): torch.ops.mxq.quantize_weight and mxq.quantize_weight.
 
 The CPU dispatch (the C++ reference) against the pure-torch reference written from the contract
-(mxq.testing.quantize_weight), byte for byte, for bf16/fp16/fp32 x 1x32/32x32 x RCEIL/FLOOR on 2-D (N, K) and 3-D
+(torch_reference.quantize_weight), byte for byte, for bf16/fp16/fp32 x 1x32/32x32 x RCEIL/FLOOR on 2-D (N, K) and 3-D
 (G, N, K) weights, random and adversarial (NaN/Inf inside tiles, all-NaN tiles, subnormal tiles); the 32x32
 transpose property; errors; CUDA == CPU where a GPU is present (skipped visibly otherwise); opcheck; and the layout
 as torch's own shape checks see it: the Meta impl's outputs fed to torch._scaled_grouped_mm / torch._scaled_mm on
@@ -15,7 +15,7 @@ pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python te
 import mxq
 import torch
 from helpers import DEVICES, assert_outputs_equal, requires_cuda, stable_seed
-from mxq import testing as T
+import torch_reference as T
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 SCALINGS = ["1x32", "32x32"]

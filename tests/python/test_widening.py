@@ -1,5 +1,5 @@
 """Shapes as training produces them (docs/numerics.md §5-§6, §9): M, K and token groups any multiple of 32, fp16
-and fp32 inputs. Every op on both devices against the pure-torch reference (mxq.testing), byte for byte."""
+and fp32 inputs. Every op on both devices against the pure-torch reference (tests/python/torch_reference.py), byte for byte."""
 
 import pytest
 
@@ -8,7 +8,7 @@ pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python te
 import mxq
 import torch
 from helpers import DEVICES, OUTPUT_NAMES, QUANT_OPS, assert_outputs_equal, make_offs, op, random_bf16, stable_seed
-from mxq import testing as T
+import torch_reference as T
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (M, K): 32-multiples that are not 128-multiples on either axis, a partial last tile, and the issue's widths.
