@@ -6,7 +6,6 @@ import random
 import zlib
 from collections.abc import Sequence
 
-import mxq
 import pytest
 import torch
 import torch_reference

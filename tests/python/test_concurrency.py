@@ -16,8 +16,8 @@ from functools import partial
 
 import mxq
 import torch
-from helpers import DEVICES, assert_outputs_equal, make_offs, random_bf16, requires_cuda, stable_seed
 import torch_reference as T
+from helpers import DEVICES, assert_outputs_equal, make_offs, random_bf16, requires_cuda, stable_seed
 from torch._dynamo.testing import CompileCounterWithBackend
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]

@@ -10,6 +10,7 @@ import ctypes
 
 import mxq
 import torch
+import torch_reference as T
 from helpers import (
     OUTPUT_NAMES,
     QUANT_OPS,
@@ -22,7 +23,6 @@ from helpers import (
     spec4_matrix,
     stable_seed,
 )
-import torch_reference as T
 from torch_reference import assert_bytes_equal
 
 pytestmark = requires_cuda

@@ -14,8 +14,8 @@ pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python te
 
 import mxq
 import torch
-from helpers import DEVICES, assert_outputs_equal, requires_cuda, stable_seed
 import torch_reference as T
+from helpers import DEVICES, assert_outputs_equal, requires_cuda, stable_seed
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 SCALINGS = ["1x32", "32x32"]

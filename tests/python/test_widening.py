@@ -7,8 +7,8 @@ pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python te
 
 import mxq
 import torch
-from helpers import DEVICES, OUTPUT_NAMES, QUANT_OPS, assert_outputs_equal, make_offs, op, random_bf16, stable_seed
 import torch_reference as T
+from helpers import DEVICES, OUTPUT_NAMES, QUANT_OPS, assert_outputs_equal, make_offs, op, random_bf16, stable_seed
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 # (M, K): 32-multiples that are not 128-multiples on either axis, a partial last tile, and the issue's widths.
