@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: configure and build everything once (core, CLI, C++ tests, fuzz driver and the torch
-# extension against the machine's torch), then the steps asked for, each logged to $OUT.
+# One call on the GPU machine: configure and build everything once (core, C++ tests, the C++ example, fuzz driver and
+# the torch extension against the machine's torch), then the steps asked for, each logged to $OUT.
 # Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [train] [torchtitan] [sanitize] [profile]
 #        (default: build tests fuzz python bench eager train)
-# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS, TRAIN_ARGS, TITAN_ARGS,
-#              PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh), PROFILE_ARGS, PROFILE_KERNEL,
-#              PROFILE_CACHE (the profile step).
-# Dependencies the device cannot download (GoogleTest sources, CLI11 headers) travel in .deps/, Python wheels (the
-# torchtitan step's torchtitan 0.2.x and its imports) in .whl/ (docs/development.md).
+# Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS (benchmarks/bench.py options),
+#              TRAIN_ARGS, TITAN_ARGS, PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh),
+#              PROFILE_ARGS, PROFILE_KERNEL, PROFILE_CACHE (the profile step).
+# Dependencies the device cannot download (GoogleTest sources) travel in .deps/, Python wheels (the torchtitan step's
+# torchtitan 0.2.x and its imports) in .whl/ (docs/development.md).
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 BUILD=${BUILD:-/tmp/mxq-build}
@@ -29,8 +29,8 @@ if has build; then
       -DMXQ_GPU_ARCHS=90a \
       -DPython_EXECUTABLE="$(command -v python3)" &&
     cmake --build "$BUILD" -j16; } >"$OUT/build.log" 2>&1 || { tail -60 "$OUT/build.log"; exit 1; }
-  echo "built: $(ls "$BUILD"/tools/mxq "$BUILD"/tests/cpp/mxq_* "$BUILD"/torch_ext/libmxq_torch*.so 2>/dev/null | xargs)"
-  "$BUILD"/tools/mxq info 2>&1 || true
+  echo "built: $(ls "$BUILD"/examples/cpp/mxq_example "$BUILD"/tests/cpp/mxq_* "$BUILD"/torch_ext/libmxq_torch*.so \
+    2>/dev/null | xargs)"
   # Registers / shared memory / spills of every kernel, from the compiler's own report.
   for f in src/kernels/*.cu; do
     nvcc -std=c++17 -Iinclude -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
@@ -45,7 +45,8 @@ if has tests; then
   "$BUILD"/tests/cpp/mxq_gpu_tests --gtest_brief=1 ${GTEST_FILTER:+--gtest_filter=$GTEST_FILTER} 2>&1 |
     tee "$OUT/tests.log" | tail -30 || status=1
   "$BUILD"/tests/cpp/mxq_cpu_tests --gtest_brief=1 2>&1 | tee -a "$OUT/tests.log" | tail -3 || status=1
-  "$BUILD"/tools/mxq demo --shape 4096x4096 2>&1 | tee -a "$OUT/tests.log" | tail -12 || status=1
+  # The downstream example: mxq::quantize on the GPU against the CPU reference, byte for byte.
+  "$BUILD"/examples/cpp/mxq_example 4096 4096 2>&1 | tee -a "$OUT/tests.log" | tail -10 || status=1
 fi
 
 if has fuzz; then
@@ -67,30 +68,30 @@ export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 if has python; then
   log "python"
   # xdist workers: a test that crashes its process is reported as failed instead of ending the run.
-  (cd /tmp && python3 -X faulthandler -m pytest -n 8 -q -rfE -p no:cacheprovider ${PYTEST_ARGS:-"$OLDPWD/tests/python"} 2>&1) |
+  (cd /tmp && python3 -X faulthandler -m pytest -n 8 -q -rfEs -p no:cacheprovider ${PYTEST_ARGS:-"$OLDPWD/tests/python"} 2>&1) |
     tee "$OUT/python.log" | tail -25 || status=1
 fi
 
 if has bench; then
   log "bench"
-  "$BUILD"/tools/mxq bench --json "$OUT/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | tail -70 || status=1
-  python3 benchmarks/plot.py "$OUT/bench.json" -o "$OUT/bench.png" >/dev/null 2>&1 || echo "plot: failed"
+  python3 benchmarks/bench.py --json "$OUT/bench.json" --plot "$OUT/bench.png" ${BENCH_ARGS:-} 2>&1 |
+    tee "$OUT/bench.log" | tail -70 || status=1
 fi
 
 if has eager; then
   log "eager"
-  python3 benchmarks/eager.py --breakdown --json "$OUT/eager.json" 2>&1 | tee "$OUT/eager.log" | tail -30 || status=1
+  python3 benchmarks/bench.py --eager --json "$OUT/eager.json" 2>&1 | tee "$OUT/eager.log" | tail -30 || status=1
 fi
 
 if has profile; then
   log "profile"
   # ncu warp sampling per SASS instruction of one bench case, summed over 5 launches and cut into phases
-  # (benchmarks/sass_profile.py). PROFILE_ARGS: the case (mxq bench options); PROFILE_KERNEL: the kernel (a regex
-  # for ncu -k); PROFILE_CACHE: none (caches as a run of calls leaves them) or all (flushed before each launch,
-  # ncu's default: instruction and constant fetches start cold).
+  # (benchmarks/sass_profile.py). PROFILE_ARGS: the case (benchmarks/bench.py options); PROFILE_KERNEL: the kernel
+  # (a regex for ncu -k; --launch-skip counts only the launches it matches); PROFILE_CACHE: none (caches as a run of
+  # calls leaves them) or all (flushed before each launch, ncu's default: instruction and constant fetches start cold).
   ncu --section SourceCounters --warp-sampling-interval 0 --clock-control none --cache-control "${PROFILE_CACHE:-none}" \
     --launch-skip 100 --launch-count 5 -k "regex:${PROFILE_KERNEL:-quantize_tile_kernel}" -f -o "$OUT/profile" \
-    "$BUILD"/tools/mxq bench ${PROFILE_ARGS:---shapes 512x4096 --ops fused} --replays 30 --no-verify --json - \
+    python3 benchmarks/bench.py ${PROFILE_ARGS:---shapes 512x4096 --ops fused} --replays 30 --no-verify \
     >"$OUT/profile.log" 2>&1 || { tail -5 "$OUT/profile.log"; status=1; }
   ncu --import "$OUT/profile.ncu-rep" --page source --csv --print-source sass >"$OUT/profile.csv" 2>>"$OUT/profile.log" &&
     python3 benchmarks/sass_profile.py "$OUT/profile.csv" | tee "$OUT/profile.txt" || status=1

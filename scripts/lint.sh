@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Format and lint checks (CI runs them through scripts/test.sh):
-#   clang-format --dry-run --Werror over the C++/CUDA sources (include src tests tools torch_ext: *.h *.cpp *.cu
-#   *.cuh; style in .clang-format), ruff check and ruff format --check over every Python file (python/,
-#   tests/python, tests/cli, benchmarks, ...; settings in pyproject.toml).
+#   clang-format --dry-run --Werror over the C++/CUDA sources (include src tests examples torch_ext: *.h *.cpp
+#   *.cu *.cuh; style in .clang-format), ruff check and ruff format --check over every Python file (python/,
+#   tests/python, benchmarks, examples, ...; settings in pyproject.toml).
 #
 #   scripts/lint.sh           check; exit 1 on any finding
 #   scripts/lint.sh --fix     rewrite the files in place (clang-format -i, ruff format, ruff check --fix)
@@ -27,8 +27,8 @@ command -v "$CLANG_FORMAT" >/dev/null || { echo "lint: clang-format not found (s
 [ -n "$RUFF" ] || { echo "lint: ruff not found (pip install ruff, or run scripts/test.sh lint)"; missing=1; }
 [ $missing = 0 ] || exit 1
 
-CXX_DIRS=(include src tests tools torch_ext)
-PY_DIRS=(python tests benchmarks)
+CXX_DIRS=(include src tests examples torch_ext)
+PY_DIRS=(python tests benchmarks examples)
 # The files git knows (tracked, or new and not ignored), so build trees and venvs are never linted.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   exists() { while read -r f; do [ -f "$f" ] && echo "$f"; done; }

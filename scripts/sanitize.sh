@@ -11,7 +11,7 @@
 #   ragged 32-multiple shapes, special values; each output byte compared with the reference;
 # - the GPU tests of SANITIZE_FILTER: malformed offs with guard bands, every code against every scale,
 #   streams and graph capture, the weight kernels' skipped axes, one special-value case per path and shape,
-#   grouped G = 300 and 1024 (empty groups), and the data-movement probe of `mxq bench`.
+#   grouped G = 300 and 1024 (empty groups), and the fused kernel's data-movement probe.
 # Prints each tool's summary line and exits non-zero when any tool reports an error or a program fails.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1

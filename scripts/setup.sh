@@ -13,7 +13,6 @@ command -v g++ >/dev/null || need+=(g++)
 command -v git >/dev/null || need+=(git)
 command -v clang-format >/dev/null || need+=(clang-format)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
-[ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 if ! command -v python3 >/dev/null; then
   need+=(python3 python3-venv)
 elif ! python3 -c 'import ensurepip, venv' 2>/dev/null; then

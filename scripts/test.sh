@@ -4,10 +4,10 @@
 #   scripts/test.sh [cpp] [python] [lint]        (default: all three, in this order)
 #
 #   cpp     cmake --preset release, build everything (the CUDA kernels too when nvcc is found), ctest --preset
-#           release: the CPU suites run, the GPU suites skip without a GPU (counted in one line, not listed)
+#           release: the CPU suites run, the GPU suites skip without a GPU (counted by reason, not listed)
 #   python  a virtual environment ($MXQ_VENV, default .venv) with torch from PyPI, the build requirements and
 #           torchtitan's model code, pip install --no-build-isolation ., pytest tests/python (CUDA tests skip without
-#           a CUDA device)
+#           a CUDA device; counted by reason)
 #   lint    scripts/lint.sh: clang-format over the C++/CUDA sources, ruff over the Python
 #
 # Every phase runs even when an earlier one failed; the exit status is non-zero when any failed. Each phase's
@@ -46,19 +46,43 @@ venv() {
   python -m pip install -q --disable-pip-version-check "$@"
 }
 
+# Why tests skipped, from a JUnit report (ctest --output-junit, pytest --junit-xml): a line per reason with its
+# count. The reason: the message GTEST_SKIP() printed (the line after gtest's "Skipped"), else a test's own
+# "skipped: ..." line (fuzz.smoke), else the report's skip message (pytest's reason; ctest's skip rule).
+skip_reasons() {  # skip_reasons PHASE REPORT
+  [ -f "$2" ] || { echo "$1: no report $2, so no skip reasons"; return 0; }
+  python3 - "$1" "$2" <<'EOF'
+import collections, re, sys, xml.etree.ElementTree as ET
+phase, path = sys.argv[1:]
+reasons = collections.Counter()
+for case in ET.parse(path).iter("testcase"):
+    skipped = case.find("skipped")
+    if skipped is None:
+        continue
+    out = case.findtext("system-out") or ""
+    found = re.search(r": Skipped\n(.+)", out) or re.search(r"skipped: (.+)", out)
+    reasons[(found.group(1) if found else skipped.get("message", "")).strip() or "no reason given"] += 1
+for reason, count in reasons.most_common():
+    print(f"{phase}: {count} skipped: {reason}")
+EOF
+}
+
 # ctest lists every test; without a GPU ~2,200 of them are GPU tests that skip. Passed and skipped tests are
-# counted instead of listed; failures, their output and ctest's summary are printed as ctest writes them.
+# counted instead of listed, and the skipped ones grouped by reason; failures, their output and ctest's summary
+# are printed as ctest writes them.
 phase_cpp() {
   cmake --preset release && cmake --build --preset release || return 1
   if [ "${MXQ_REQUIRE_CUDA:-0}" = 1 ] && [ ! -x build/tests/cpp/mxq_gpu_tests ]; then
     echo "cpp: the CUDA sources were not compiled (no nvcc found?) and MXQ_REQUIRE_CUDA=1"; return 1
   fi
-  local log=build/ctest.log rc
-  ctest --preset release 2>&1 | tee "$log" |
+  local log=build/ctest.log junit=$ROOT/build/ctest-junit.xml rc
+  rm -f "$junit"
+  ctest --preset release --output-junit "$junit" 2>&1 | tee "$log" |
     grep -vE '^ +Start +[0-9]+: |Test +#[0-9]+: .*( Passed|\*\*\*Skipped) +[0-9.]+ sec$|^'$'\t''[0-9]+ - .*\(Skipped\)$'
   rc=${PIPESTATUS[0]}
   echo "ctest: $(grep -cE 'Test +#[0-9]+: .* Passed ' "$log") passed, $(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped ' "$log")" \
-    "skipped (GPU tests skip without a GPU; full log: $log)"
+    "skipped (full log: $log)"
+  skip_reasons ctest "$junit"
   return "$rc"
 }
 
@@ -77,9 +101,11 @@ phase_python() {
     python -c 'import mxq, sys; sys.exit(0 if mxq.has_cuda_kernels() else 1)' ||
       { echo "python: the extension was built without its CUDA impls and MXQ_REQUIRE_CUDA=1"; return 1; }
   fi
-  local rc
-  python -m pytest -q -rfE -p no:cacheprovider tests/python
+  local rc junit=$ROOT/build/pytest-junit.xml
+  rm -f "$junit"
+  python -m pytest -q -rfE -p no:cacheprovider --junit-xml="$junit" tests/python
   rc=$?
+  skip_reasons pytest "$junit"
   if [ "$rc" = 5 ]; then echo "pytest: no tests were collected (exit 5): that is a failure here"; fi
   return "$rc"
 }
