@@ -181,7 +181,7 @@ struct Outputs {
 // from layout.h: q_col has the logical (M, K) of q_row, strides (1, M) over the physical (K, M) array.
 struct QuantizeCall {
   DType dtype;
-  ScaleRounding rounding;
+  ScalingMode scaling_mode;
   std::array<SymInt, 2> q, s_row, s_col;  // q: (M, K), the logical shape of q_row and of q_col
 };
 
@@ -197,8 +197,8 @@ QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block
                     x.sym_strides(), " for shape ", x.sym_sizes());
   TORCH_CHECK_VALUE(block_size == kBlock, op, ": block_size must be ", kBlock, ", got ",
                     block_size);
-  ScaleRounding rounding = ScaleRounding::kRceil;
-  call_core(op, [&] { rounding = parse_scale_rounding(std::string(scaling_mode)); });
+  ScalingMode mode = ScalingMode::kRceil;
+  call_core(op, [&] { mode = parse_scaling_mode(std::string(scaling_mode)); });
   check_offs(op, offs, x, "x");
 
   const SymInt M = x.sym_size(0), K = x.sym_size(1);
@@ -207,7 +207,7 @@ QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block
   check_known_sizes(op, check_sizes, {M, K, grouped ? G : SymInt(-1)});
   const auto s_row = s_row_shape(M, K, G, grouped);
   const auto s_col = s_col_shape(M, K, G, grouped);
-  return {*dtype, rounding, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
+  return {*dtype, mode, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
 }
 
 // One core call writing the outputs present in `o` (an absent pair skips its axis).
@@ -218,7 +218,7 @@ void run_quantize(const char* op, Variant variant, const Tensor& x, const Quanti
   p.dtype = call.dtype;
   p.M = x.size(0);
   p.K = x.size(1);
-  p.rounding = call.rounding;
+  p.scaling_mode = call.scaling_mode;
   p.offs = offs_ptr(offs);
   p.num_groups = offs.has_value() ? offs->size(0) : 0;
   if (o.q_row.defined()) {
@@ -474,10 +474,10 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
                     "-D tensor of shape ", w.sym_sizes());
   TORCH_CHECK_VALUE(w.is_contiguous(), op, ": w must be contiguous (row-major), got strides ",
                     w.sym_strides(), " for shape ", w.sym_sizes());
-  ScaleRounding rounding = ScaleRounding::kRceil;
+  ScalingMode mode = ScalingMode::kRceil;
   WeightScaling scaling = WeightScaling::k32x32;
   call_core(op, [&] {
-    rounding = parse_scale_rounding(std::string(scaling_mode));
+    mode = parse_scaling_mode(std::string(scaling_mode));
     scaling = parse_weight_scaling(std::string(weight_scaling));
   });
   TORCH_CHECK_VALUE(rowwise || colwise, op,
@@ -523,7 +523,7 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
   p.G = experts ? w.size(0) : 1;
   p.N = w.size(-2);
   p.K = w.size(-1);
-  p.rounding = rounding;
+  p.scaling_mode = mode;
   p.scaling = scaling;
   if (rowwise) {
     p.q_row = bytes(q_row);

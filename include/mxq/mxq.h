@@ -1,5 +1,5 @@
-// mxq public C++ API: MXFP8 quantization of a bf16 (M, K) tensor on raw device pointers and a
-// cudaStream_t. Contract: docs/numerics.md.
+// mxq public C++ API: MXFP8 quantization of a bf16, fp16 or fp32 (M, K) tensor on raw device
+// pointers and a cudaStream_t. Contract: docs/numerics.md.
 //
 // One entry point quantizes: mxq::quantize(p) runs one kernel that reads x once and writes the
 // outputs whose pointers are set — rowwise (q_row, s_row), colwise (q_col, s_col), or all four. A
@@ -42,7 +42,7 @@ namespace mxq {
 class Error : public std::runtime_error {
  public:
   enum class Kind {
-    kInvalidArgument,  // a bad argument: shape, alignment, pointer, group count, rule
+    kInvalidArgument,  // a bad argument: shape, alignment, pointer, group count, scaling mode
     kUnsupported,      // a missing capability: no CUDA in this build, no code for this device
     kCuda,             // the CUDA runtime failed
   };
@@ -59,9 +59,9 @@ class Error : public std::runtime_error {
 };
 
 // Parses the exact strings "rceil" and "floor"; anything else throws (no silent fallback).
-ScaleRounding parse_scale_rounding(const std::string& name);
-const char* to_string(ScaleRounding rule);
-// "bf16", "fp16" or "fp32": the names the CLI, the benchmark JSON and the test names use.
+ScalingMode parse_scaling_mode(const std::string& name);
+const char* to_string(ScalingMode mode);
+// "bf16", "fp16" or "fp32": the names the benchmark JSON and the test names use.
 const char* to_string(DType dtype);
 
 // Bits of the device status word that grouped ops write on every call (0 = offs well formed).
@@ -79,7 +79,7 @@ struct QuantizeParams {
   DType dtype = DType::kBFloat16;  // x's element type: bf16, fp16 or fp32
   int64_t M = 0;
   int64_t K = 0;
-  ScaleRounding rounding = ScaleRounding::kRceil;
+  ScalingMode scaling_mode = ScalingMode::kRceil;
   const int32_t* offs = nullptr;  // optional: grouped (MoE) mode, G cumulative end offsets along M
   int64_t num_groups = 0;         // G; 0 without offs
   uint8_t* q_row = nullptr;       // q_row_shape(M, K): e4m3 (M, K)
@@ -123,7 +123,7 @@ struct QuantizeWeightParams {
   int64_t G = 0;
   int64_t N = 0;
   int64_t K = 0;
-  ScaleRounding rounding = ScaleRounding::kRceil;
+  ScalingMode scaling_mode = ScalingMode::kRceil;
   WeightScaling scaling = WeightScaling::k32x32;
   uint8_t* q_row = nullptr;       // (G, N, K) e4m3
   uint8_t* s_row = nullptr;       // weight_s_row_shape(G, N, K)
@@ -149,7 +149,8 @@ void check_weight_sizes(int64_t G, int64_t N, int64_t K);  // quantize_weight of
 // The fused kernel: one read of x, the requested axes.
 void quantize(const QuantizeParams& p);
 // The baseline composition (backend "composed"): rowwise kernel, colwise kernel writing plain
-// scales into `workspace` (composed_workspace_bytes(M, K) bytes of device memory), swizzle kernel.
+// scales into `workspace` (composed_workspace_bytes(M, K) bytes of device memory), and a kernel
+// rearranging those into the blocked layout (to_blocked).
 // Both axes are required. Byte-identical to quantize().
 void quantize_composed(const QuantizeParams& p, void* workspace);
 int64_t composed_workspace_bytes(int64_t M, int64_t K);
@@ -172,20 +173,6 @@ const char* version();
 
 // ---- limits (validated; docs/numerics.md §9): M, K multiples of kDimAlign (layout.h) ----
 constexpr int64_t kMaxDim = 2147483647;
-
-// ---- benchmarking and testing only (`mxq bench`, the GPU tests); not for training code ----
-namespace bench {
-// The fused kernel's data-movement probe: the same loads, shared-memory staging and reads, and
-// stores of all four outputs as quantize(p), with a stand-in for the math (each e4m3 byte is the
-// high byte of its element, every scale byte 127): the design's own ceiling. Its outputs are not
-// MXFP8. Dense bf16 with both axes only; p.rounding is ignored.
-void quantize_probe(const QuantizeParams& p);
-// The tile height of the 16-bit quantize kernels for every later call in the process: 0 (the
-// default) lets each launch choose (64 rows when the 64-row tiles all fit in one wave of resident
-// CTAs, else 128); 64 or 128 forces it. The bytes written are the same either way. Process-wide: a
-// launch on another thread sees the setting too.
-void force_tile_rows(int rows);
-}  // namespace bench
 
 namespace ref {
 // The bit-exact CPU reference: same params, host pointers, stream ignored. Multithreaded.

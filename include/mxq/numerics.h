@@ -3,7 +3,7 @@
 //
 // One 1x32 or 32x1 block of bf16 values v_i becomes one E8M0 scale byte s and 32 e4m3 bytes:
 //   amax = NaN-propagating max |v_i|     (amax_bits_bf16: an integer max of sign-masked bits)
-//   s    = e8m0_from_amax(amax, rule)    (RCEIL: round amax/448 up; FLOOR: exponent of amax/256)
+//   s    = e8m0_from_amax(amax, mode)    (RCEIL: round amax/448 up; FLOOR: exponent of amax/256)
 //   r    = e8m0_reciprocal(s)            (2^(127-s); s = 254 gives the fp32 subnormal 2^-127)
 //   q_i  = e4m3_from_f32(fl32(v_i * r))  (RNE, saturating to +-448, NaN -> 0x7F)
 // No flush-to-zero anywhere: never build mxq with fast-math or -ftz=true.
@@ -20,7 +20,7 @@
 
 namespace mxq {
 
-enum class ScaleRounding : int32_t { kRceil = 0, kFloor = 1 };
+enum class ScalingMode : int32_t { kRceil = 0, kFloor = 1 };
 
 // Input element types. Every input widens to fp32 exactly before the block math (docs/numerics.md
 // §2), so one contract serves all three.
@@ -102,15 +102,15 @@ MXQ_HD uint8_t e8m0_floor_from_d(uint32_t d_bits) {
 }
 
 // Scale byte from amax given as fp32 (amax >= +0 or NaN/Inf).
-MXQ_HD uint8_t e8m0_from_amax(float amax, ScaleRounding rule) {
-  if (rule == ScaleRounding::kRceil) {
+MXQ_HD uint8_t e8m0_from_amax(float amax, ScalingMode mode) {
+  if (mode == ScalingMode::kRceil) {
     return e8m0_rceil_from_d(f32_bits(mul_rn(amax, f32_from_bits(kRceilInv448))));
   }
   return e8m0_floor_from_d(f32_bits(mul_rn(amax, f32_from_bits(kFloorInv256))));
 }
 
-MXQ_HD uint8_t e8m0_from_amax_bf16(uint16_t amax_bits, ScaleRounding rule) {
-  return e8m0_from_amax(bf16_to_f32(amax_bits), rule);
+MXQ_HD uint8_t e8m0_from_amax_bf16(uint16_t amax_bits, ScalingMode mode) {
+  return e8m0_from_amax(bf16_to_f32(amax_bits), mode);
 }
 
 // 2^(s-127) as fp32 (s = 0 is the subnormal 0x00400000); 255 is NaN.
@@ -199,8 +199,8 @@ MXQ_HD float amax_f32(const float* v, int n) {
 
 // One whole block from 32 values already widened to fp32: scale byte and 32 data bytes. For bf16
 // input it gives the bytes of quantize_block below (the widening is exact either way).
-MXQ_HD uint8_t quantize_block_f32(const float* v, ScaleRounding rule, uint8_t* q) {
-  const uint8_t s = e8m0_from_amax(amax_f32(v, kBlock), rule);
+MXQ_HD uint8_t quantize_block_f32(const float* v, ScalingMode mode, uint8_t* q) {
+  const uint8_t s = e8m0_from_amax(amax_f32(v, kBlock), mode);
   const float r = e8m0_reciprocal(s);
   for (int i = 0; i < kBlock; ++i) q[i] = e4m3_from_f32(mul_rn(v[i], r));
   return s;
@@ -253,8 +253,8 @@ MXQ_HD uint32_t dequantize_pair_exact(uint32_t f16x2, uint8_t s) {
 }
 
 // One whole block: scale byte and 32 data bytes from 32 bf16 values at v[i * stride].
-MXQ_HD uint8_t quantize_block(const uint16_t* v, int64_t stride, ScaleRounding rule, uint8_t* q) {
-  const uint8_t s = e8m0_from_amax_bf16(amax_bits_bf16(v, kBlock, stride), rule);
+MXQ_HD uint8_t quantize_block(const uint16_t* v, int64_t stride, ScalingMode mode, uint8_t* q) {
+  const uint8_t s = e8m0_from_amax_bf16(amax_bits_bf16(v, kBlock, stride), mode);
   const float r = e8m0_reciprocal(s);
   for (int i = 0; i < kBlock; ++i) q[i] = e4m3_from_f32(mul_rn(bf16_to_f32(v[i * stride]), r));
   return s;

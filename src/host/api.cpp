@@ -7,24 +7,23 @@
 #include "check.h"
 #include "mxq/mxq.h"
 #include "offs.h"
+#include "testing.h"
 #include "validate.h"
 
 namespace mxq {
 
 // The parsers name themselves like every entry point (§9); a binding that parses for its own op
 // puts that op's name in front of message() instead.
-ScaleRounding parse_scale_rounding(const std::string& name) {
-  return detail::with_op("mxq::parse_scale_rounding", [&] {
-    if (name == "rceil") return ScaleRounding::kRceil;
-    if (name == "floor") return ScaleRounding::kFloor;
+ScalingMode parse_scaling_mode(const std::string& name) {
+  return detail::with_op("mxq::parse_scaling_mode", [&] {
+    if (name == "rceil") return ScalingMode::kRceil;
+    if (name == "floor") return ScalingMode::kFloor;
     detail::fail(Error::Kind::kInvalidArgument,
                  "scaling_mode must be \"rceil\" or \"floor\", got \"", name, "\"");
   });
 }
 
-const char* to_string(ScaleRounding rule) {
-  return rule == ScaleRounding::kFloor ? "floor" : "rceil";
-}
+const char* to_string(ScalingMode mode) { return mode == ScalingMode::kFloor ? "floor" : "rceil"; }
 
 const char* to_string(DType dtype) {
   switch (dtype) {
@@ -98,29 +97,14 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
   });
 }
 
-void bench::quantize_probe(const QuantizeParams& p) {
-  detail::with_op("mxq::bench::quantize_probe", [&] {
-    detail::validate(p);
-    if (detail::nothing_to_write(p)) return;
-    MXQ_CHECK(p.rowwise() && p.colwise(),
-              "the probe moves the fused kernel's bytes: set q_row, s_row, q_col and s_col");
-    MXQ_CHECK(p.offs == nullptr, "the probe is dense only: offs must be null");
-    MXQ_CHECK(p.dtype == DType::kBFloat16,
-              "the probe reads bf16 only (DType::kBFloat16), got dtype ",
-              static_cast<int>(p.dtype));
-    detail::require_supported_device();
-    detail::launch_quantize_probe(p);
-  });
-}
-
 namespace {
 std::atomic<int> tile_rows_setting{0};
 }  // namespace
 
 int detail::forced_tile_rows() { return tile_rows_setting.load(std::memory_order_relaxed); }
 
-void bench::force_tile_rows(int rows) {
-  detail::with_op("mxq::bench::force_tile_rows", [&] {
+void detail::force_tile_rows(int rows) {
+  detail::with_op("mxq::force_tile_rows", [&] {
     MXQ_CHECK(rows == 0 || rows == 64 || rows == 128, "rows must be 0, 64 or 128, got ", rows);
     tile_rows_setting.store(rows, std::memory_order_relaxed);
   });

@@ -14,7 +14,6 @@ namespace detail {
 void require_supported_device() { no_cuda(); }
 void launch_quantize(const QuantizeParams&) { no_cuda(); }
 void launch_quantize_composed(const QuantizeParams&, uint8_t*) { no_cuda(); }
-void launch_quantize_probe(const QuantizeParams&) { no_cuda(); }
 void launch_dequantize(const DequantizeParams&) { no_cuda(); }
 void launch_quantize_weight(const QuantizeWeightParams&) { no_cuda(); }
 

@@ -7,9 +7,9 @@
 namespace mxq::detail {
 namespace {
 
-void check_rounding(ScaleRounding r) {
-  MXQ_CHECK(r == ScaleRounding::kRceil || r == ScaleRounding::kFloor,
-            "rounding must be ScaleRounding::kRceil or kFloor, got ", static_cast<int>(r));
+void check_scaling_mode(ScalingMode mode) {
+  MXQ_CHECK(mode == ScalingMode::kRceil || mode == ScalingMode::kFloor,
+            "scaling_mode must be ScalingMode::kRceil or kFloor, got ", static_cast<int>(mode));
 }
 
 void check_dim(const char* name, int64_t v) {
@@ -98,7 +98,7 @@ bool nothing_to_write(const QuantizeParams& p) {
 void validate(const QuantizeParams& p) {
   check_sizes(p.M, p.K, -1);  // the group count with offs, below
   check_dtype(p.dtype);
-  check_rounding(p.rounding);
+  check_scaling_mode(p.scaling_mode);
   check_groups(p.offs, p.num_groups, p.status);
   const bool empty = p.M == 0 || p.K == 0;
   MXQ_CHECK(p.rowwise() || p.colwise() || empty,
@@ -116,7 +116,7 @@ bool nothing_to_write(const QuantizeWeightParams& p) { return p.N == 0 || p.K ==
 void validate(const QuantizeWeightParams& p) {
   check_weight_sizes(p.G, p.N, p.K);
   check_dtype(p.dtype);
-  check_rounding(p.rounding);
+  check_scaling_mode(p.scaling_mode);
   check_scaling(p.scaling);
   const bool empty = nothing_to_write(p);
   MXQ_CHECK(p.rowwise() || p.colwise() || empty,

@@ -1,6 +1,6 @@
-// Device helpers shared by the kernel families: the launch, packed block math, and the
-// resolution of device-side group offsets (grouped / MoE mode) that every grouped kernel performs
-// the same way.
+// Device helpers shared by the kernel families: the launch, packed block math, data stores, and
+// the resolution of device-side group offsets (grouped / MoE mode) that every grouped kernel
+// performs the same way. docs/performance.md describes the design these kernels share.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,11 +20,9 @@ namespace mxq::kernels {
 // (programmatic stream serialization): its CTAs may be scheduled as that work's last CTAs exit, and
 // each kernel's first statement, ptx::griddepcontrol_wait(), holds them until that work has
 // completed and its writes are visible. So every read and write happens when it would after a plain
-// launch; what is saved is part of the gap between two kernels. The kernels do not let their own
-// dependents in earlier (griddepcontrol.launch_dependents): measured, that made the composed path
-// up to 9% slower, even when limited to launches under one wave (docs/performance.md, "Programmatic
-// dependent launch" and the variants table). Captured in a CUDA graph, the dependency becomes a
-// programmatic edge.
+// launch; what is saved is part of the gap between two kernels. Captured in a CUDA graph, the
+// dependency becomes a programmatic edge. Rejected: letting dependents in earlier
+// (griddepcontrol.launch_dependents) made the composed path up to 9% slower.
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), unsigned ctas, int threads, int smem_bytes,
                       cudaStream_t stream, const Args&... args) {
@@ -42,10 +40,6 @@ void launch_dependent(void (*kernel)(Params...), unsigned ctas, int threads, int
   MXQ_CHECK_CUDA(cudaGetLastError());  // the launch's error, also cleared for the next call
 }
 
-// Every quantize / swizzle / dequantize CTA owns a 128x128 element tile: one 128x4 scale atom per
-// axis (layout.h ties kAtomRows and kAtomCols * kBlock to 128).
-constexpr int kTile = kAtomRows;
-static_assert(kTile == kAtomCols * kBlock, "a tile's 128 columns are one atom's 4 scale columns");
 constexpr uint32_t kAbsMask2 = 0x7FFF7FFFu;
 constexpr uint32_t kNanWord = 0x7F7F7F7Fu;  // four e4m3 NaN bytes
 
@@ -92,10 +86,10 @@ __device__ __forceinline__ uint32_t amax_fold(uint32_t m) {
 }
 
 // Scale byte, multiplier and NaN mask of one block from its amax (the input's bit pattern, as
-// amax_fold gives it: 16-bit in the low half, or fp32). NOTES: a NaN/Inf
-// block (s = 255) is written as 0x7F bytes through `nan` (all ones) with plain bit operations:
-// a conditional here becomes a branch around the conversion, and the compiler then recomputes r
-// inside every branch (measured: +160 instructions per thread in the colwise pass).
+// amax_fold gives it: 16-bit in the low half, or fp32). NOTES: a NaN/Inf block (s = 255) is
+// written as 0x7F bytes through `nan` (all ones) with plain bit operations. Rejected: a
+// conditional, which becomes a branch around the conversion that recomputes r in every branch
+// (+160 instructions per thread in the colwise pass).
 struct BlockScale {
   uint8_t s;
   float r;
@@ -104,7 +98,7 @@ struct BlockScale {
     return (q & ~nan) | (kNanWord & nan);
   }
 };
-template <DType kIn, ScaleRounding kRule>
+template <DType kIn, ScalingMode kMode>
 __device__ __forceinline__ BlockScale block_scale(uint32_t amax_bits) {
   float amax;
   if constexpr (kIn == DType::kFloat32) {
@@ -112,7 +106,7 @@ __device__ __forceinline__ BlockScale block_scale(uint32_t amax_bits) {
   } else {
     amax = Widen<kIn>::lo(amax_bits);
   }
-  const uint8_t s = e8m0_from_amax(amax, kRule);
+  const uint8_t s = e8m0_from_amax(amax, kMode);
   return {s, e8m0_reciprocal(s), s == kE8m0Nan ? 0xFFFFFFFFu : 0u};
 }
 
@@ -137,9 +131,8 @@ __device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float 
 // ---- data stores ----
 
 // One 16-byte global store, .cs (streaming) when kStreaming. Only the expert-weight kernel streams
-// its stores: on the H200 that made it 3-5% faster, while the activation kernels, since their tile
-// loads are cp.async, run as fast with plain stores, fused dense 1-2% faster (docs/performance.md,
-// variants).
+// its stores (3-5% faster on the H200); the activation kernels store plainly (.cs made fused dense
+// 1-2% slower behind their cp.async loads).
 template <bool kStreaming = false>
 __device__ __forceinline__ void store16(void* ptr, uint4 v) {
   if constexpr (kStreaming) {
@@ -180,10 +173,9 @@ __device__ __forceinline__ void store_block_pair(uint8_t* q_pair, const uint4 (&
 // word reports what was wrong. The layouts then need two prefix sums over the groups: each M-groups
 // segment's first blocked atom-row, each K-group's first padded scale column.
 //
-// A CTA needs them only for the few segments its tile's 32-row chunks fall in, so one warp scans
-// offs (scan_groups: warp-wide prefix max and sums, no table, no CTA barrier) and hands each chunk
-// its segment as it passes; the scan costs a CTA a few hundred cycles of one warp at G = 256, while
-// the other warps go on with their tiles.
+// A CTA needs them only for the few segments its tile's 32-row bands fall in, so one warp scans
+// offs (scan_groups: warp-wide prefix max and sums, no table, no CTA barrier) and hands each band
+// its segment as it passes, while the other warps go on with their tiles.
 
 __device__ __forceinline__ int32_t sanitized_offset(int32_t v, int64_t M) {
   const int64_t clamped = v < 0 ? 0 : (v > M ? M : v);
@@ -272,8 +264,8 @@ __device__ __forceinline__ Segment scan_groups_by(const int32_t* offs, int G, in
 }
 
 // The scan with as few groups per lane as G allows: its sequential part (a lane's groups, one after
-// another) is kPer deep, and every grouped CTA's planning waits for it (G <= 64 on the H200:
-// grouped kernels up to 10% faster than with 8 per lane, 512x4096 up to 26%; docs/performance.md).
+// another) is kPer deep, and every grouped CTA's planning waits for it (rejected: 8 per lane for
+// every G, up to 10% slower grouped kernels at G <= 64, 26% at 512x4096).
 template <typename Visit>
 __device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64_t M,
                                                Visit&& visit) {
@@ -282,16 +274,16 @@ __device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64
   return scan_groups_by<8>(offs, G, M, visit);
 }
 
-// The segment holding each of the kChunks 32-row chunks [m0 + 32c, m0 + 32c + 32) that lie below M,
-// into segment[c] (shared memory; a chunk lies in exactly one segment). One warp calls it; the
+// The segment holding each of the kBands 32-row bands [m0 + 32c, m0 + 32c + 32) that lie below M,
+// into segment[c] (shared memory; a band lies in exactly one segment). One warp calls it; the
 // segments are the warp's to read when it returns.
-template <int kChunks>
-__device__ __forceinline__ void locate_chunks(const int32_t* offs, int G, int64_t M, int64_t m0,
-                                              Segment* segment) {
+template <int kBands>
+__device__ __forceinline__ void locate_bands(const int32_t* offs, int G, int64_t M, int64_t m0,
+                                             Segment* segment) {
   scan_groups(offs, G, M, [&](const Segment& s) {
-    if (s.end <= m0 || s.begin >= m0 + kChunks * kBlock) return;
+    if (s.end <= m0 || s.begin >= m0 + kBands * kBlock) return;
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
+    for (int c = 0; c < kBands; ++c) {
       const int64_t m = m0 + int64_t(c) * kBlock;
       if (s.begin <= m && m < s.end) segment[c] = s;
     }
@@ -316,18 +308,18 @@ __device__ __forceinline__ int32_t offs_status_warp(const int32_t* offs, int num
 // Grouped launches append zero-fill CTAs after their work CTAs. Slack is every byte after the last
 // K-group's region of s_col (the tail's colwise scales are zeroed, not placed), and every s_row byte
 // after the last M-groups segment, which lies in the allocation's last 128*G rows (the segments
-// take at least roundup(M,128) rows). Each zero-fill CTA takes one 64 KiB chunk of s_col, then of
+// take at least roundup(M,128) rows). Each zero-fill CTA takes one 64 KiB span of s_col, then of
 // those s_row rows; zero-fill CTA 0 also writes the status word.
-constexpr int64_t kZeroChunk = 64 * 1024;
+constexpr int64_t kZeroSpan = 64 * 1024;
 __host__ __device__ constexpr int64_t zero_fill_col_ctas(int64_t M, int64_t K, int64_t G) {
-  return ceil_div(s_col_shape(M, K, G).bytes(), kZeroChunk);
+  return ceil_div(s_col_shape(M, K, G).bytes(), kZeroSpan);
 }
 __host__ __device__ constexpr int64_t zero_fill_row_ctas(int64_t K, int64_t G) {
-  return ceil_div(kAtomRows * G * round_up(K / kBlock, kAtomCols), kZeroChunk);
+  return ceil_div(kAtomRows * G * round_up(K / kBlock, kAtomCols), kZeroSpan);
 }
 
 __device__ __forceinline__ void zero_range(uint8_t* p, int64_t begin, int64_t end) {
-  // begin and end are multiples of 16 (atoms, chunks, allocation ends): 16-byte stores tile it.
+  // begin and end are multiples of 16 (atoms, spans, allocation ends): 16-byte stores tile it.
   for (int64_t i = begin + threadIdx.x * 16; i < end; i += blockDim.x * 16) {
     ptx::st_global_v4(p + i, make_uint4(0, 0, 0, 0));
   }
@@ -347,15 +339,15 @@ __device__ __forceinline__ void zero_fill_slack(const int32_t* offs, int G, int6
   if (z < col_ctas) {
     const int64_t total = s_col_shape(M, K, G).bytes();
     const int64_t slack = int64_t(tail.col_base) * round_up(K, kAtomRows);
-    zero_range(s_col, max(slack, z * kZeroChunk), min(total, (z + 1) * kZeroChunk));
+    zero_range(s_col, max(slack, z * kZeroSpan), min(total, (z + 1) * kZeroSpan));
   } else if (s_row != nullptr) {
     const int64_t cols = round_up(K / kBlock, kAtomCols);
     const int64_t region = round_up(M, kAtomRows) * cols;  // the last 128*G rows
     const int64_t total = s_row_shape(M, K, G).bytes();
-    const int64_t chunk = region + (z - col_ctas) * kZeroChunk;
+    const int64_t span = region + (z - col_ctas) * kZeroSpan;
     // The first blocked row past the tail segment: every s_row byte from there on is slack.
     const int64_t rows_used = (tail.row_atom + ceil_div(M - tail.begin, kAtomRows)) * kAtomRows;
-    zero_range(s_row, max(rows_used * cols, chunk), min(total, chunk + kZeroChunk));
+    zero_range(s_row, max(rows_used * cols, span), min(total, span + kZeroSpan));
   }
 }
 

@@ -1,26 +1,28 @@
 // Dequantization: e4m3 data (rows, cols) with the scales of its (rows, cols/32) blocks in the
-// blocked, M-groups (rows are tokens) or K-groups (cols are tokens) layout -> bf16 (rows, cols): out = bf16(e4m3(q) * 2^(s-127))
-// (numerics.h, dequantize_element; docs/numerics.md). Tokens past the last group have no scales and
-// dequantize to +0. Used by the emulated MXFP8 GEMM below SM100 and by round-trip tests; not on the
-// quantization hot path.
+// blocked, M-groups (rows are tokens) or K-groups (cols are tokens) layout -> bf16 (rows, cols):
+// out = bf16(e4m3(q) * 2^(s-127)) (numerics.h, dequantize_element; docs/numerics.md). Tokens past
+// the last group have no scales and dequantize to +0. Used by the emulated MXFP8 GEMM below SM100
+// and by round-trip tests; not on the quantization hot path.
 //
 // Work comes in 16-byte chunks (16 codes, half a block). The blocked (dense) layout takes the codes
-// as one flat run of chunks, two per thread, so no CTA is a partial tile: on the H200 a ragged
-// 8160x2880 ran at 0.95 of its aligned neighbour's TB/s with 128x128 tiles, whose last column tile
-// is half empty there, and at 0.99 flat (docs/performance.md). The grouped layouts take one CTA per
-// 128x128 tile (partial at the edges: rows and cols are multiples of 32), four chunks per thread,
-// since a tile's 32-token chunks share their scale places; each chunk's atom and slot come once
-// from one warp's scan of offs (common.cuh locate_chunks, through scales.cuh plan_tile_places).
+// as one flat run of chunks, two per thread, so no CTA is a partial tile (rejected: 128x128 tiles,
+// whose half-empty last column tile ran a ragged 8160x2880 at 0.95 of its aligned neighbour's TB/s
+// on the H200, against 0.99 flat). The grouped layouts take one CTA per 128x128 tile (partial at
+// the edges: rows and cols are multiples of 32), four chunks per thread, since a tile's 32-token
+// bands share their scale places; each band's atom and band there come once from one warp's scan
+// of offs (scales.cuh plan_tile_places).
 //
 // Each thread loads its chunks and their scales, then converts each into 32 bytes — two codes per
 // step through fp16 where that is exact (numerics.h, dequantize_pair_exact), which keeps the kernel
 // at the memory roof instead of the ALU's — and stores them with its neighbour lane (common.cuh
-// store_block_pair), so that every 16-byte store completes a 32-byte sector: dense 6-15% and
-// grouped 3-6% faster on the H200 than each lane storing its own 32 bytes, half of 32 sectors per
-// store instruction (docs/performance.md).
+// store_block_pair), so that every 16-byte store completes a 32-byte sector (rejected: each lane
+// storing its own 32 bytes, dense 6-15% and grouped 3-6% slower on the H200).
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "common.cuh"
+#include "dispatch.h"
 #include "launch.h"
 #include "scales.cuh"
 
@@ -28,10 +30,13 @@ namespace mxq::kernels {
 
 struct DequantConfig {
   static constexpr int kThreads = 256;
-  static constexpr int kChunk = 16;                                // e4m3 per 16-byte load
-  static constexpr int kChunksPerRow = kTile / kChunk;             // 8 (grouped tiles)
-  static constexpr int kLoads = kTile * kChunksPerRow / kThreads;  // 4 (grouped tiles)
-  static constexpr int kFlatLoads = 2;                             // blocked: 2 (4 ran 1% slower)
+  static constexpr int kChunk = 16;  // e4m3 per 16-byte load
+  // Grouped tiles: 128 rows x 128 columns, one scale atom (128 rows x 4 scale columns).
+  static constexpr int kTileRows = kAtomRows;
+  static constexpr int kTileCols = kAtomCols * kBlock;
+  static constexpr int kChunksPerRow = kTileCols / kChunk;             // 8
+  static constexpr int kLoads = kTileRows * kChunksPerRow / kThreads;  // 4
+  static constexpr int kFlatLoads = 2;  // blocked: 2 (rejected: 4, 1% slower)
   static_assert(kBlock % kChunk == 0, "a chunk lies in one block");
 };
 
@@ -108,21 +113,21 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_grouped_kernel(const DequantKernelParams p) {
   static_assert(kLayout != ScaleLayout::kBlocked, "the blocked layout has its own kernel");
   ptx::griddepcontrol_wait();
-  const int64_t col_tiles = ceil_div(p.cols, kTile);
-  const int64_t r0 = blockIdx.x / col_tiles * kTile;
-  const int64_t c0 = blockIdx.x % col_tiles * kTile;
-  // Grouped layouts: each 32-token chunk of the tile (along cols for K-groups, along rows for
-  // M-groups) has its scales in one slot of one atom, planned by warp 0 as the quantize kernels
+  const int64_t col_tiles = ceil_div(p.cols, DequantConfig::kTileCols);
+  const int64_t r0 = blockIdx.x / col_tiles * DequantConfig::kTileRows;
+  const int64_t c0 = blockIdx.x % col_tiles * DequantConfig::kTileCols;
+  // Grouped layouts: each 32-token band of the tile (along cols for K-groups, along rows for
+  // M-groups) has its scales in one band of one atom, planned by warp 0 as the quantize kernels
   // plan theirs (scales.cuh plan_tile_places, tokens as M).
   constexpr bool kRowsAreTokens = kLayout == ScaleLayout::kMGroups;
   __shared__ TilePlaces places;
-  const ChunkPlace* chunk_place = kRowsAreTokens ? places.row : places.col;
+  const BandPlace* band_place = kRowsAreTokens ? places.row : places.col;
   const int64_t tokens = kRowsAreTokens ? p.rows : p.cols;
   const int warp = threadIdx.x / 32;
   if (warp == 0) {
-    plan_tile_places<kAtomCols>(places, p.offs, p.num_groups, tokens, kRowsAreTokens ? r0 : c0,
-                                kRowsAreTokens ? c0 : r0, kRowsAreTokens ? p.cols : p.rows,
-                                kRowsAreTokens, !kRowsAreTokens);
+    plan_tile_places<kAtomBands>(places, p.offs, p.num_groups, tokens, kRowsAreTokens ? r0 : c0,
+                                 kRowsAreTokens ? c0 : r0, kRowsAreTokens ? p.cols : p.rows,
+                                 kRowsAreTokens, !kRowsAreTokens);
   } else if (warp == 1 && blockIdx.x == 0 && p.status != nullptr) {
     const int32_t bits = offs_status_warp(p.offs, p.num_groups, tokens);
     if (threadIdx.x == 32) *p.status = bits;
@@ -143,12 +148,12 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     placed[i] = in;
     if (!in) continue;
     if constexpr (kLayout == ScaleLayout::kKGroups) {
-      const ChunkPlace place = chunk_place[(c - c0) / kBlock];
-      placed[i] = place.slot >= 0;
-      if (placed[i]) s[i] = p.scales[place.atom + atom_offset<int64_t>(r, 0) + place.slot];
+      const BandPlace place = band_place[(c - c0) / kBlock];
+      placed[i] = place.band >= 0;
+      if (placed[i]) s[i] = p.scales[place.atom + atom_offset<int64_t>(r, 0) + place.band];
     } else {
-      const ChunkPlace place = chunk_place[(r - r0) / kBlock];  // every row has a segment
-      s[i] = p.scales[place.atom + (r % kBlock) * 16 + place.slot * 4 + (c / kBlock) % kAtomCols];
+      const BandPlace place = band_place[(r - r0) / kBlock];  // every row has a segment
+      s[i] = p.scales[place.atom + (r % kBlock) * 16 + place.band * 4 + (c / kBlock) % kAtomCols];
     }
   }
 #pragma unroll
@@ -158,9 +163,8 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     const int64_t c = c0 + idx % DequantConfig::kChunksPerRow * DequantConfig::kChunk;
     const bool in = r < p.rows && c < p.cols;  // the same for both lanes of a pair (32-multiples)
     uint4 out[2] = {};                         // a token past the last group: +0
-    // placed[i] implies in; the redundant test keeps the grouped kernels at the 56 registers that
-    // were measured (without it ptxas takes 48, 5 CTAs per SM, which a related variant measured
-    // 6-14% slower for grouped launches: docs/performance.md).
+    // placed[i] implies in; the redundant test keeps the grouped kernels at 56 registers (rejected:
+    // without it ptxas takes 48, 5 CTAs per SM, which ran grouped launches 6-14% slower).
     if (in && placed[i]) dequantize_chunk(q[i], s[i], out);
     // Lanes 2j and 2j+1 hold the two 32-byte halves of one 64-byte row piece: whole sectors.
     const unsigned odd = threadIdx.x & 1;
@@ -203,27 +207,22 @@ void launch_dequantize(const DequantizeParams& p) {
   const int64_t grid =
       p.layout == ScaleLayout::kBlocked
           ? ceil_div(chunks, int64_t(DequantConfig::kThreads) * DequantConfig::kFlatLoads)
-          : ceil_div(p.rows, kTile) * ceil_div(p.cols, kTile);
+          : ceil_div(p.rows, DequantConfig::kTileRows) * ceil_div(p.cols, DequantConfig::kTileCols);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many CTAs for one launch: ", grid);
   const auto ctas = static_cast<unsigned>(grid);
   constexpr int kThreads = DequantConfig::kThreads;
-  switch (p.layout) {
-    case ScaleLayout::kBlocked:
-      if (chunks <= int64_t(UINT32_MAX)) {
-        launch_dependent(dequantize_blocked_kernel<uint32_t>, ctas, kThreads, 0, p.stream, k);
-      } else {
-        launch_dependent(dequantize_blocked_kernel<int64_t>, ctas, kThreads, 0, p.stream, k);
-      }
-      break;
-    case ScaleLayout::kMGroups:
-      launch_dependent(dequantize_grouped_kernel<ScaleLayout::kMGroups>, ctas, kThreads, 0,
-                       p.stream, k);
-      break;
-    case ScaleLayout::kKGroups:
-      launch_dependent(dequantize_grouped_kernel<ScaleLayout::kKGroups>, ctas, kThreads, 0,
-                       p.stream, k);
-      break;
+  if (p.layout == ScaleLayout::kBlocked) {
+    // 32-bit chunk indices while they fit.
+    dispatch_bool(chunks <= int64_t(UINT32_MAX), [&](auto fits) {
+      using Index = std::conditional_t<decltype(fits)::value, uint32_t, int64_t>;
+      launch_dependent(dequantize_blocked_kernel<Index>, ctas, kThreads, 0, p.stream, k);
+    });
+    return;
   }
+  dispatch<ScaleLayout::kMGroups, ScaleLayout::kKGroups>(p.layout, [&](auto layout) {
+    launch_dependent(dequantize_grouped_kernel<decltype(layout)::value>, ctas, kThreads, 0,
+                     p.stream, k);
+  });
 }
 
 }  // namespace mxq::detail

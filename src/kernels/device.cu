@@ -9,7 +9,7 @@
 namespace mxq::kernels {
 // Present in every architecture this build targets; its attributes exist only if the device has
 // code here.
-__global__ void probe_kernel() {}
+__global__ void arch_check_kernel() {}
 }  // namespace mxq::kernels
 
 namespace mxq::detail {
@@ -38,7 +38,7 @@ int verified_multiprocessor_count() {
   cudaDeviceProp prop{};
   MXQ_CHECK_CUDA(cudaGetDeviceProperties(&prop, device));
   cudaFuncAttributes attr{};
-  const cudaError_t err = cudaFuncGetAttributes(&attr, kernels::probe_kernel);
+  const cudaError_t err = cudaFuncGetAttributes(&attr, kernels::arch_check_kernel);
   if (err != cudaSuccess) (void)cudaGetLastError();
   MXQ_CHECK_SUPPORTED(err == cudaSuccess, "no kernel code for ", prop.name, " (compute capability ",
                       prop.major, ".", prop.minor, "); this build targets ", MXQ_CUDA_ARCHS);

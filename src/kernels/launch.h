@@ -7,23 +7,21 @@
 
 namespace mxq::detail {
 
-void launch_quantize(const QuantizeParams& p);
-// Rowwise kernel, colwise kernel writing plain S_col into `workspace`, swizzle kernel.
+void launch_quantize(const QuantizeParams& p);  // quantize.cu
+// Rowwise kernel, colwise kernel writing plain S_col into `workspace`, to_blocked.
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace);
-// Benchmark only (mxq::bench::quantize_probe): the fused dense bf16 kernel, a stand-in for the math.
-void launch_quantize_probe(const QuantizeParams& p);
 void launch_dequantize(const DequantizeParams& p);
 void launch_quantize_weight(const QuantizeWeightParams& p);  // quantize_weight.cu
-// The composed path's third kernel: plain S_col (K, M/32) -> p.s_col (blocked, or K-groups with
-// p.offs, writing p.status).
-void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p);
+// The composed path's third kernel (to_blocked.cu): plain S_col (K, M/32) -> p.s_col (blocked, or
+// K-groups with p.offs, writing p.status).
+void launch_to_blocked(const uint8_t* s_col_plain, const QuantizeParams& p);
 
 // Refuses (Error::Kind::kUnsupported) a current device for which this build holds no kernel code.
 // Cached per device: the driver queries run once per device and process.
 void require_supported_device();
 // The current device's SM count, from the same check and cache (so it refuses the same devices).
 int multiprocessor_count();
-// 0, or the 16-bit quantize kernels' tile height set by bench::force_tile_rows (src/host/api.cpp).
+// 0, or the 16-bit quantize kernels' tile height set by force_tile_rows (src/host/testing.h).
 int forced_tile_rows();
 
 }  // namespace mxq::detail

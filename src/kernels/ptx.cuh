@@ -44,8 +44,8 @@ __device__ __forceinline__ void cp_async_wait_all() {
 // without a programmatic dependency). launch_dependents: the grids launched as this grid's
 // programmatic dependents may be scheduled once every CTA of this grid has issued it or exited;
 // they still wait for this grid's end before they touch memory. mxq's kernels leave it implicit (at
-// exit: docs/performance.md, "Programmatic dependent launch"); the GPU tests' kernel before an mxq
-// launch issues it at its start.
+// exit: common.cuh launch_dependent says why); the GPU tests' kernel before an mxq launch issues it
+// at its start.
 __device__ __forceinline__ void griddepcontrol_wait() {
   asm volatile("griddepcontrol.wait;" ::: "memory");
 }

@@ -9,11 +9,11 @@
 // Policies: 1x32 (a scale per 1x32 block along K and per 32x1 block along N, as the fused 2-D
 // kernel) and 32x32 (one scale per 32x32 tile of an expert, from the NaN-propagating amax of its
 // 1024 values; both axes use it, so q_col is exactly the per-expert transpose of q_row).
-// Rounding: RCEIL or FLOOR scale (numerics.h), e4m3 by cvt.rn.satfinite; NaN/Inf blocks (tiles)
+// Scaling mode: RCEIL or FLOOR (numerics.h), e4m3 by cvt.rn.satfinite; NaN/Inf blocks (tiles)
 // become all 0x7F.
 //
-// Design (the fused kernel's, quantize.cu, generalised): one CTA of 256 threads per 128x128 tile
-// of one expert, which maps to exactly one 512-byte scale atom per axis.
+// Design (the activation tile kernels', quantize_tile.cuh, generalised): one CTA of 256 threads per
+// 128x128 tile of one expert, which maps to exactly one 512-byte scale atom per axis.
 //   ---- load ----     coalesced 16-byte loads, a warp instruction reads whole tile rows (2 x 256
 //                      bytes, fp32 1 x 512); warp w loads rows 16w..16w+15: 8 loads per thread (16
 //                      for fp32), staged in XOR-swizzled shared memory (weight_tile.h). A partial
@@ -33,22 +33,20 @@
 //                      exchange.
 //   ---- scales ----   the two atoms are staged in shared memory (0 for padding rows / columns of
 //                      partial tiles) and written by one warp each, one 16-byte store per lane.
-// The 32x32 policy converts each tile twice, once per axis, from the same staged values with the
-// same multiplier, so the two byte sets are equal by construction; transposing the bytes through
-// shared memory instead is the staging the fused kernel measured as slower (quantize.cu NOTES).
 // fp32 stages 64 KiB per CTA (3 CTAs per SM, 16 loads of 16 bytes in flight per thread); bf16 and
-// fp16 32 KiB (4 CTAs per SM). ptxas (CUDA 13.0): 63-64 registers for bf16 / fp16, 79-80 for fp32,
-// no spills, on sm_90a and sm_100a.
-// NOTES (written before any measurement; the choices to measure first on the H200):
+// fp16 32 KiB (4 CTAs per SM).
+// NOTES:
+// - The 32x32 policy converts each tile twice, once per axis, from the same staged values with the
+//   same multiplier, so the two byte sets are equal by construction (no transpose of the bytes
+//   through shared memory, the staging the activation kernels rejected for q_col).
 // - The 32x32 rowwise pass waits on a barrier of its warp pair (named barriers 1-4, immediate ids
-//   so ptxas reserves 5 barriers) rather than __syncthreads; if ncu shows fewer than 4 resident
-//   CTAs per SM for the 32x32 kernels, __syncthreads is the drop-in alternative.
-// - 32x32 converts each value twice (once per axis) instead of staging the tile's bytes.
+//   so ptxas reserves 5 barriers) rather than __syncthreads.
 // - Partial tiles predicate the loads (zeros staged) and the stores; full tiles pay only the
 //   predicate arithmetic.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
+#include "dispatch.h"
 #include "launch.h"
 #include "scales.cuh"
 #include "weight_tile.h"
@@ -66,7 +64,7 @@ struct Config {
   static constexpr int kWordsPerBlock = kBlock * dtype_bytes(kT) / 4;  // 16 or 32
   static constexpr int kMinBlocksPerSm = kWide ? 3 : 4;
   static_assert(kThreads == 256 && kWarps == 8, "8 warps: 16 rows each, two 8-column groups each");
-  static_assert(kTileDim == kAtomRows && kTileDim / kBlock == kAtomCols,
+  static_assert(kTileRows == kAtomRows && kTileCols / kBlock == kAtomCols,
                 "a tile maps to one 128x4 scale atom per axis");
   static_assert(kLoads * kRowsPerLoad == kRowsPerWarp,
                 "warp w loads exactly the 16 rows its rowwise pass converts");
@@ -76,9 +74,9 @@ struct Config {
 
 template <DType kT>
 struct alignas(16) SharedStorage {
-  alignas(16) uint4 tile[kTileDim][Config<kT>::kChunksPerRow];  // [row][swizzle(row, chunk)]
-  alignas(16) uint8_t row_atom[kAtomBytes];                     // s_row atom of this tile
-  alignas(16) uint8_t col_atom[kAtomBytes];                     // s_col atom of this tile
+  alignas(16) uint4 tile[kTileRows][Config<kT>::kChunksPerRow];  // [row][swizzle(row, chunk)]
+  alignas(16) uint8_t row_atom[kAtomBytes];                      // s_row atom of this tile
+  alignas(16) uint8_t col_atom[kAtomBytes];                      // s_col atom of this tile
   uint32_t partial[kWarps][kBands];  // 32x32: amax bits of warp w's 16 rows per column block
 };
 static_assert(sizeof(SharedStorage<DType::kBFloat16>) * Config<DType::kBFloat16>::kMinBlocksPerSm <=
@@ -142,7 +140,7 @@ __device__ __forceinline__ void convert_block(const uint32_t* w, const BlockScal
 
 // Scale of a block: its own (1x32), or its 32x32 tile's from the two warps' partial amaxes (the
 // partial words are running amax words: amax_step merges them as it merges input words).
-template <DType kT, bool kTiles, ScaleRounding kRule>
+template <DType kT, bool kTiles, ScalingMode kMode>
 __device__ __forceinline__ BlockScale scale_of(const uint32_t* w, const SharedStorage<kT>& smem,
                                                int band, int block) {
   uint32_t m = 0;
@@ -152,7 +150,7 @@ __device__ __forceinline__ BlockScale scale_of(const uint32_t* w, const SharedSt
 #pragma unroll
     for (int i = 0; i < Config<kT>::kWordsPerBlock; ++i) m = amax_step<kT>(m, w[i]);
   }
-  return block_scale<kT, kRule>(amax_fold<kT>(m));
+  return block_scale<kT, kMode>(amax_fold<kT>(m));
 }
 
 // The words of colwise block u of this thread (column colwise_col, band colwise_band), in element
@@ -187,7 +185,7 @@ __device__ __forceinline__ void load_column(const SharedStorage<kT>& smem, int w
 
 // ---- the kernel ----
 
-template <DType kT, bool kTiles, ScaleRounding kRule, bool kRowwise, bool kColwise>
+template <DType kT, bool kTiles, ScalingMode kMode, bool kRowwise, bool kColwise>
 __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
     quantize_weight_kernel(const Params p) {
   using Cfg = Config<kT>;
@@ -256,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
         w[4 * i + 2] = c.z;
         w[4 * i + 3] = c.w;
       }
-      const BlockScale bs = scale_of<kT, kTiles, kRule>(w, smem, row / kBlock, blk);
+      const BlockScale bs = scale_of<kT, kTiles, kMode>(w, smem, row / kBlock, blk);
       uint4 q[2];
       convert_block<kT>(w, bs, q);
       store_block_pair</*kStreaming=*/true>(p.q_row + rowwise_pair(t, warp, lane, j, p.N, p.K), q,
@@ -277,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       const int col = colwise_col(warp, lane, u);
       uint32_t w[Cfg::kWordsPerBlock];
       load_column<kT>(smem, warp, lane, u, w);
-      const BlockScale bs = scale_of<kT, kTiles, kRule>(w, smem, band, col / kBlock);
+      const BlockScale bs = scale_of<kT, kTiles, kMode>(w, smem, band, col / kBlock);
       uint4 q[2];
       convert_block<kT>(w, bs, q);
       store_block_pair</*kStreaming=*/true>(p.q_col + colwise_pair(t, warp, lane, u, p.N, p.K), q,
@@ -309,9 +307,9 @@ constexpr int kSmemWithoutOptIn = 48 * 1024;
 static_assert(sizeof(SharedStorage<DType::kBFloat16>) <= kSmemWithoutOptIn,
               "16-bit tiles need no opt-in attribute");
 
-template <DType kT, bool kTiles, ScaleRounding kRule, bool kRowwise, bool kColwise>
+template <DType kT, bool kTiles, ScalingMode kMode, bool kRowwise, bool kColwise>
 void launch_kernel(const Params& params, int64_t grid, cudaStream_t stream) {
-  auto kernel = quantize_weight_kernel<kT, kTiles, kRule, kRowwise, kColwise>;
+  auto kernel = quantize_weight_kernel<kT, kTiles, kMode, kRowwise, kColwise>;
   constexpr int smem_bytes = sizeof(SharedStorage<kT>);
   if constexpr (smem_bytes > kSmemWithoutOptIn) {
     MXQ_CHECK_CUDA(
@@ -320,37 +318,8 @@ void launch_kernel(const Params& params, int64_t grid, cudaStream_t stream) {
   launch_dependent(kernel, static_cast<unsigned>(grid), kThreads, smem_bytes, stream, params);
 }
 
-template <DType kT, bool kTiles, ScaleRounding kRule>
-void launch_axes(const Params& params, int64_t grid, cudaStream_t stream) {
-  const bool rowwise = params.q_row != nullptr;
-  const bool colwise = params.q_col != nullptr;
-  if (rowwise && colwise) {
-    launch_kernel<kT, kTiles, kRule, true, true>(params, grid, stream);
-  } else if (rowwise) {
-    launch_kernel<kT, kTiles, kRule, true, false>(params, grid, stream);
-  } else if (colwise) {
-    launch_kernel<kT, kTiles, kRule, false, true>(params, grid, stream);
-  }
-}
-
-template <DType kT, bool kTiles>
-void launch_rule(const Params& params, ScaleRounding rule, int64_t grid, cudaStream_t stream) {
-  if (rule == ScaleRounding::kRceil) {
-    launch_axes<kT, kTiles, ScaleRounding::kRceil>(params, grid, stream);
-  } else {
-    launch_axes<kT, kTiles, ScaleRounding::kFloor>(params, grid, stream);
-  }
-}
-
-template <DType kT>
-void launch_dtype(const Params& params, WeightScaling scaling, ScaleRounding rule, int64_t grid,
-                  cudaStream_t stream) {
-  if (scaling == WeightScaling::k32x32) {
-    launch_rule<kT, true>(params, rule, grid, stream);
-  } else {
-    launch_rule<kT, false>(params, rule, grid, stream);
-  }
-}
+// The outputs of a launch: at least one axis.
+enum class Axes { kRowwise, kColwise, kBoth };
 
 }  // namespace mxq::kernels::weight
 
@@ -364,17 +333,22 @@ void launch_quantize_weight(const QuantizeWeightParams& p) {
   w::Params params{
       static_cast<const uint8_t*>(p.w), p.N, p.K, p.q_row, p.s_row, p.q_col, p.s_col, {}};
   params.split = w::TileSplit::of(p.N, p.K, /*n_fastest=*/p.q_row == nullptr);
-  switch (p.dtype) {
-    case DType::kBFloat16:
-      w::launch_dtype<DType::kBFloat16>(params, p.scaling, p.rounding, grid, p.stream);
-      break;
-    case DType::kFloat16:
-      w::launch_dtype<DType::kFloat16>(params, p.scaling, p.rounding, grid, p.stream);
-      break;
-    case DType::kFloat32:
-      w::launch_dtype<DType::kFloat32>(params, p.scaling, p.rounding, grid, p.stream);
-      break;
-  }
+  const w::Axes axes = p.q_col == nullptr   ? w::Axes::kRowwise
+                       : p.q_row == nullptr ? w::Axes::kColwise
+                                            : w::Axes::kBoth;
+  using kernels::dispatch;
+  dispatch<DType::kBFloat16, DType::kFloat16, DType::kFloat32>(p.dtype, [&](auto t) {
+    dispatch<WeightScaling::k1x32, WeightScaling::k32x32>(p.scaling, [&](auto scaling) {
+      dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(p.scaling_mode, [&](auto m) {
+        dispatch<w::Axes::kRowwise, w::Axes::kColwise, w::Axes::kBoth>(axes, [&](auto a) {
+          constexpr w::Axes kAxes = decltype(a)::value;
+          w::launch_kernel<decltype(t)::value, decltype(scaling)::value == WeightScaling::k32x32,
+                           decltype(m)::value, kAxes != w::Axes::kColwise,
+                           kAxes != w::Axes::kRowwise>(params, grid, p.stream);
+        });
+      });
+    });
+  });
 }
 
 }  // namespace mxq::detail

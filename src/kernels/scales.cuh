@@ -1,14 +1,14 @@
-// Scale stores shared by the quantize and swizzle kernels: a CTA that covers 128 rows (tokens) x
+// Scale stores shared by the quantize and to_blocked kernels: a CTA that covers 128 rows (tokens) x
 // 128 columns stages its scales as 512-byte atoms in shared memory (atom_offset order), then one of
 // these writes them where the output layout says (docs/numerics.md §5-§6):
 //   dense blocked    the whole atom at its blocked place (one 16-byte store per lane of a warp);
-//   M-groups (s_row) and K-groups (s_col) per 32-row chunk of the tile, since with 32-aligned
-//                    groups the tile's four chunks may land in up to four atoms; the whole-atom
-//                    store still serves the tiles whose chunks land in one atom in order.
+//   M-groups (s_row) and K-groups (s_col) per 32-row band of the tile, since with 32-aligned
+//                    groups the tile's four bands may land in up to four atoms; the whole-atom
+//                    store still serves the tiles whose bands land in one atom in order.
 // The 64-row tiles of the fused and colwise kernels stage nothing: each thread stores the scale
 // bytes it computed where the same places say (store_scale_byte).
 // Padding is written by whoever owns it: the zeros staged past the edge of x give scale byte 0,
-// the chunk that ends a segment or group zeroes the rest of its atom, and the zero-fill CTAs
+// the band that ends a segment or group zeroes the rest of its atom, and the zero-fill CTAs
 // (common.cuh) the slack after the last segment or group.
 #pragma once
 
@@ -32,23 +32,23 @@ __device__ __forceinline__ void store_atom(uint8_t* dst, const uint8_t* atom, in
   store16<kStreaming>(dst + lane * 16, reinterpret_cast<const uint4*>(atom)[lane]);
 }
 
-// The 32-row slots of an atom: slot s of atom row r holds row r + 32 s, so 4 rows share one 16-byte
-// atom row.
-constexpr int kAtomSlots = kAtomRows / kBlock;
+// The 32-row bands of an atom: band b of atom row r holds row r + 32 b, so 4 rows share one
+// 16-byte atom row.
+constexpr int kAtomBands = kAtomRows / kBlock;
 
-// Where one 32-row chunk of a tile's rows (M-groups), or one 32-token scale column (K-groups),
-// goes: its destination atom and its slot there (-1: not placed), and whether it ends its segment
-// or group (it then zeroes the atom's remaining slots, which are padding).
-struct ChunkPlace {
+// Where one 32-row band of a tile's rows (M-groups), or one 32-token scale column (K-groups),
+// goes: its destination atom and its band there (-1: not placed), and whether it ends its segment
+// or group (it then zeroes the atom's remaining bands, which are padding).
+struct BandPlace {
   int64_t atom;
-  int slot;
+  int band;
   bool pads;
 };
-constexpr ChunkPlace kNotPlaced{0, -1, false};
+constexpr BandPlace kNotPlaced{0, -1, false};
 
-// M-groups (rowwise scales): the 32-row chunk at row m of segment s, scale columns of k-tile k0.
-__device__ __forceinline__ ChunkPlace m_groups_place(const Segment& s, int64_t m, int64_t k0,
-                                                     int64_t scale_cols) {
+// M-groups (rowwise scales): the 32-row band at row m of segment s, scale columns of k-tile k0.
+__device__ __forceinline__ BandPlace m_groups_place(const Segment& s, int64_t m, int64_t k0,
+                                                    int64_t scale_cols) {
   const int64_t row = int64_t(s.row_atom) * kAtomRows + (m - s.begin);  // blocked row
   return {(row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) + k0 / kAtomRows) *
               kAtomBytes,
@@ -57,8 +57,8 @@ __device__ __forceinline__ ChunkPlace m_groups_place(const Segment& s, int64_t m
 
 // K-groups (colwise scales): the scale column of the 32 tokens at m in segment s, scale rows
 // [k0, k0 + 128); the tail is not placed.
-__device__ __forceinline__ ChunkPlace k_groups_place(const Segment& s, int64_t m, int64_t k0,
-                                                     int64_t K) {
+__device__ __forceinline__ BandPlace k_groups_place(const Segment& s, int64_t m, int64_t k0,
+                                                    int64_t K) {
   if (s.tail) return kNotPlaced;
   const int64_t col = (m - s.begin) / kBlock;  // within the group
   const int64_t cols = (s.end - s.begin) / kBlock;
@@ -68,22 +68,22 @@ __device__ __forceinline__ ChunkPlace k_groups_place(const Segment& s, int64_t m
           static_cast<int>(col % kAtomCols), m + kBlock == s.end};
 }
 
-// The places of a grouped tile's kChunks row chunks (M-groups s_row) and scale columns (K-groups
+// The places of a grouped tile's kBands row bands (M-groups s_row) and scale columns (K-groups
 // s_col), worked out once per CTA by one warp (every lane calls it) from its scan of offs, into
-// shared memory — computed by every storing thread they doubled the grouped kernels' instruction
-// count. The caller's next __syncthreads publishes them.
+// shared memory (computed by every storing thread instead, they doubled the grouped kernels'
+// instruction count). The caller's next __syncthreads publishes them.
 struct TilePlaces {
-  ChunkPlace row[kAtomCols];
-  ChunkPlace col[kAtomCols];
-  Segment segment[kAtomCols];  // the planning's own: the segment of each chunk
+  BandPlace row[kAtomBands];
+  BandPlace col[kAtomBands];
+  Segment segment[kAtomBands];  // the planning's own: the segment of each band
 };
-template <int kChunks>
+template <int kBands>
 __device__ __forceinline__ void plan_tile_places(TilePlaces& places, const int32_t* offs, int G,
                                                  int64_t M, int64_t m0, int64_t k0, int64_t K,
                                                  bool rows, bool cols) {
-  locate_chunks<kChunks>(offs, G, M, m0, places.segment);
+  locate_bands<kBands>(offs, G, M, m0, places.segment);
   const int c = threadIdx.x % 32;
-  if (c >= kChunks) return;
+  if (c >= kBands) return;
   const int64_t m = m0 + c * kBlock;
   if (m >= M) {
     places.row[c] = places.col[c] = kNotPlaced;
@@ -94,141 +94,141 @@ __device__ __forceinline__ void plan_tile_places(TilePlaces& places, const int32
   if (cols) places.col[c] = k_groups_place(s, m, k0, K);
 }
 
-// The dense blocked layouts per chunk (the tiles of fp32 input hold 64 rows: half an atom).
-// `last` marks the last chunk of x's last tile along M: the atom's remaining slots are padding.
-__device__ __forceinline__ ChunkPlace blocked_row_place(int64_t m0, int c, int64_t k0,
-                                                        int64_t scale_cols, bool last) {
+// The dense blocked layouts per band (64-row tiles cover half an atom).
+// `last` marks the last band of x's last tile along M: the atom's remaining bands are padding.
+__device__ __forceinline__ BandPlace blocked_row_place(int64_t m0, int c, int64_t k0,
+                                                       int64_t scale_cols, bool last) {
   const int64_t row = m0 + int64_t(c) * kBlock;
   return {(row / kAtomRows * (round_up(scale_cols, kAtomCols) / kAtomCols) + k0 / kAtomRows) *
               kAtomBytes,
           static_cast<int>(row % kAtomRows / kBlock), last};
 }
-__device__ __forceinline__ ChunkPlace blocked_col_place(int64_t m0, int c, int64_t k0, int64_t M,
-                                                        bool last) {
+__device__ __forceinline__ BandPlace blocked_col_place(int64_t m0, int c, int64_t k0, int64_t M,
+                                                       bool last) {
   const int64_t col = m0 / kBlock + c;
   const int64_t cols = M / kBlock;
   return {(k0 / kAtomRows * (round_up(cols, kAtomCols) / kAtomCols) + col / kAtomCols) * kAtomBytes,
           static_cast<int>(col % kAtomCols), last};
 }
 
-// True when the four chunks land, in order, in one whole destination atom.
+// True when the four bands land, in order, in one whole destination atom.
 template <typename Place>
 __device__ __forceinline__ bool whole_atom(const Place& place, int64_t* atom) {
-  const ChunkPlace first = place(0);
-  if (first.slot != 0) return false;
-  for (int c = 1; c < kAtomCols; ++c) {
-    const ChunkPlace next = place(c);
-    if (next.atom != first.atom || next.slot != c) return false;
+  const BandPlace first = place(0);
+  if (first.band != 0) return false;
+  for (int c = 1; c < kAtomBands; ++c) {
+    const BandPlace next = place(c);
+    if (next.atom != first.atom || next.band != c) return false;
   }
   *atom = first.atom;
   return true;
 }
 
-// Per-chunk stores of kChunks staged chunks. Rowwise: tile row 32c + i sits in the staging at word
-// 4i + c (atom_offset), in its destination atom at word 4i + slot. Colwise: scale (k, c) sits at
-// atom_offset(k, c) in the staging, at the same row and slot c' in its destination atom. A chunk
-// that pads zeroes the atom's slots after its own.
-template <int kChunks, typename Place>
-__device__ __forceinline__ void store_row_chunks(uint8_t* s_row, const uint8_t* row_atom,
-                                                 const Place& place) {
+// Per-band stores of kBands staged bands. Rowwise: tile row 32c + i sits in the staging at word
+// 4i + c (atom_offset), in its destination atom at word 4i + band. Colwise: scale (k, c) sits at
+// atom_offset(k, c) in the staging, at the same row and band c' in its destination atom. A band
+// that pads zeroes the atom's bands after its own.
+template <int kBands, typename Place>
+__device__ __forceinline__ void store_row_bands(uint8_t* s_row, const uint8_t* row_atom,
+                                                const Place& place) {
   const int tid = threadIdx.x;
-  if (tid >= kChunks * kBlock) return;
+  if (tid >= kBands * kBlock) return;
   const int c = tid / kBlock, i = tid % kBlock;
-  const ChunkPlace p = place(c);
-  if (p.slot < 0) return;
+  const BandPlace p = place(c);
+  if (p.band < 0) return;
   auto* dst = reinterpret_cast<uint32_t*>(s_row + p.atom) + 4 * i;
-  dst[p.slot] = reinterpret_cast<const uint32_t*>(row_atom)[4 * i + c];
-  for (int s = p.slot + 1; p.pads && s < kAtomSlots; ++s) dst[s] = 0;
+  dst[p.band] = reinterpret_cast<const uint32_t*>(row_atom)[4 * i + c];
+  for (int s = p.band + 1; p.pads && s < kAtomBands; ++s) dst[s] = 0;
 }
-// One scale byte of a placed chunk, stored by the thread that computed it (the 64-row tiles, which
-// stage no atom): `at` is its byte in slot 0 of the destination atom (row scales: 16 (row % 32) +
-// block column; column scales: atom_offset(k, 0)), and the slots lie `slot_bytes` apart (4 for row
-// scales, 1 for column scales). A chunk that pads zeroes the same byte of the atom's later slots.
-__device__ __forceinline__ void store_scale_byte(uint8_t* out, const ChunkPlace& p, unsigned at,
-                                                 int slot_bytes, uint8_t s) {
-  if (p.slot < 0) return;
+// One scale byte of a placed band, stored by the thread that computed it (the 64-row tiles, which
+// stage no atom): `at` is its byte in band 0 of the destination atom (row scales: 16 (row % 32) +
+// block column; column scales: atom_offset(k, 0)), and the bands lie `band_bytes` apart (4 for row
+// scales, 1 for column scales). A band that pads zeroes the same byte of the atom's later bands.
+__device__ __forceinline__ void store_scale_byte(uint8_t* out, const BandPlace& p, unsigned at,
+                                                 int band_bytes, uint8_t s) {
+  if (p.band < 0) return;
   uint8_t* dst = out + p.atom + at;
-  dst[p.slot * slot_bytes] = s;
-  for (int t = p.slot + 1; p.pads && t < kAtomSlots; ++t) dst[t * slot_bytes] = 0;
+  dst[p.band * band_bytes] = s;
+  for (int t = p.band + 1; p.pads && t < kAtomBands; ++t) dst[t * band_bytes] = 0;
 }
 
-// Colwise, a thread per scale row k: threads 4j..4j+3 take rows j, j+32, j+64, j+96, whose slots
-// lie 4 bytes apart in one 16-byte atom row, so a warp's byte stores of one chunk fill 128
+// Colwise, a thread per scale row k: threads 4j..4j+3 take rows j, j+32, j+64, j+96, whose bands
+// lie 4 bytes apart in one 16-byte atom row, so a warp's byte stores of one band fill 128
 // contiguous bytes (4 sectors; 16 when a warp took 32 consecutive rows, one per 16-byte atom row).
-template <int kChunks, typename Place>
-__device__ __forceinline__ void store_col_chunks(uint8_t* s_col, const uint8_t* col_atom,
-                                                 const Place& place) {
+template <int kBands, typename Place>
+__device__ __forceinline__ void store_col_bands(uint8_t* s_col, const uint8_t* col_atom,
+                                                const Place& place) {
   const int t = threadIdx.x % kAtomRows;
-  const int k = t % kAtomSlots * kBlock + t / kAtomSlots;
-  for (int c = threadIdx.x / kAtomRows; c < kChunks; c += blockDim.x / kAtomRows) {
-    const ChunkPlace p = place(c);
-    if (p.slot < 0) continue;
+  const int k = t % kAtomBands * kBlock + t / kAtomBands;
+  for (int c = threadIdx.x / kAtomRows; c < kBands; c += blockDim.x / kAtomRows) {
+    const BandPlace p = place(c);
+    if (p.band < 0) continue;
     uint8_t* dst = s_col + p.atom + atom_offset<unsigned>(k, 0);
-    dst[p.slot] = col_atom[atom_offset<unsigned>(k, c)];
-    for (int s = p.slot + 1; p.pads && s < kAtomCols; ++s) dst[s] = 0;
+    dst[p.band] = col_atom[atom_offset<unsigned>(k, c)];
+    for (int s = p.band + 1; p.pads && s < kAtomCols; ++s) dst[s] = 0;
   }
 }
 
-// Colwise scales of the tile whose kChunks 32-token chunks start at m0 and whose scale rows start
-// at k0; col_atom as staged ([k][chunk] for kPlain); places: planned (kKGroups). last_m: the tile
-// is x's last along M. Every thread of the CTA calls it (the per-chunk stores use 256 threads).
-template <ColScales kCol, int kChunks>
+// Colwise scales of the tile whose kBands 32-token bands start at m0 and whose scale rows start
+// at k0; col_atom as staged ([k][band] for kPlain); places: planned (kKGroups). last_m: the tile
+// is x's last along M. Every thread of the CTA calls it (the per-band stores use 256 threads).
+template <ColScales kCol, int kBands>
 __device__ __forceinline__ void store_col_scales(const ScaleOut& out, int64_t m0, int64_t k0,
                                                  const uint8_t* col_atom, const TilePlaces& places,
                                                  bool last_m) {
   const int tid = threadIdx.x;
   if constexpr (kCol == ColScales::kPlain) {
-    // Row k of S_col (K, M/32): this tile's (up to) kChunks bytes. Byte stores: M/32 need not be a
+    // Row k of S_col (K, M/32): this tile's (up to) kBands bytes. Byte stores: M/32 need not be a
     // multiple of 4.
     if (tid < kAtomRows && k0 + tid < out.K) {
       uint8_t* row = out.s_col + (k0 + tid) * (out.M / kBlock) + m0 / kBlock;
-      for (int c = 0; c < kChunks && m0 + c * kBlock < out.M; ++c) {
+      for (int c = 0; c < kBands && m0 + c * kBlock < out.M; ++c) {
         row[c] = col_atom[tid * kAtomCols + c];
       }
     }
-  } else if constexpr (kCol == ColScales::kBlocked && kChunks == kAtomCols) {
+  } else if constexpr (kCol == ColScales::kBlocked && kBands == kAtomBands) {
     if (tid < 32) {
       store_atom(out.s_col + blocked_offset(k0, m0 / kBlock, out.M / kBlock), col_atom, tid);
     }
   } else if constexpr (kCol == ColScales::kBlocked) {
-    store_col_chunks<kChunks>(out.s_col, col_atom, [&](int c) {
-      return blocked_col_place(m0, c, k0, out.M, last_m && c == kChunks - 1);
+    store_col_bands<kBands>(out.s_col, col_atom, [&](int c) {
+      return blocked_col_place(m0, c, k0, out.M, last_m && c == kBands - 1);
     });
   } else if constexpr (kCol == ColScales::kKGroups) {
     const auto place = [&](int c) { return places.col[c]; };
     int64_t atom;
-    if (kChunks == kAtomCols && whole_atom(place, &atom)) {
+    if (kBands == kAtomBands && whole_atom(place, &atom)) {
       if (tid < 32) store_atom(out.s_col + atom, col_atom, tid);
     } else {
-      store_col_chunks<kChunks>(out.s_col, col_atom, place);
+      store_col_bands<kBands>(out.s_col, col_atom, place);
     }
   }
 }
 
-// Rowwise scales of the tile whose kChunks 32-row chunks start at m0, scale columns at k0/32:
+// Rowwise scales of the tile whose kBands 32-row bands start at m0, scale columns at k0/32:
 // blocked, or M-groups (places planned) when kGrouped.
-template <bool kGrouped, int kChunks>
+template <bool kGrouped, int kBands>
 __device__ __forceinline__ void store_row_scales(const ScaleOut& out, int64_t m0, int64_t k0,
                                                  const uint8_t* row_atom, const TilePlaces& places,
                                                  bool last_m) {
   const int tid = threadIdx.x;
   const int64_t scale_cols = out.K / kBlock;
   const int last_warp = blockDim.x / 32 - 1;  // warp 0 may be storing the colwise atom
-  if constexpr (!kGrouped && kChunks == kAtomCols) {
+  if constexpr (!kGrouped && kBands == kAtomBands) {
     if (tid / 32 == last_warp) {
       store_atom(out.s_row + blocked_offset(m0, k0 / kBlock, scale_cols), row_atom, tid % 32);
     }
   } else if constexpr (!kGrouped) {
-    store_row_chunks<kChunks>(out.s_row, row_atom, [&](int c) {
-      return blocked_row_place(m0, c, k0, scale_cols, last_m && c == kChunks - 1);
+    store_row_bands<kBands>(out.s_row, row_atom, [&](int c) {
+      return blocked_row_place(m0, c, k0, scale_cols, last_m && c == kBands - 1);
     });
   } else {
     const auto place = [&](int c) { return places.row[c]; };
     int64_t atom;
-    if (kChunks == kAtomCols && whole_atom(place, &atom)) {
+    if (kBands == kAtomBands && whole_atom(place, &atom)) {
       if (tid / 32 == last_warp) store_atom(out.s_row + atom, row_atom, tid % 32);
     } else {
-      store_row_chunks<kChunks>(out.s_row, row_atom, place);
+      store_row_bands<kBands>(out.s_row, row_atom, place);
     }
   }
 }

@@ -1,5 +1,5 @@
-// Tile index math of the activation kernels (quantize.cu), plain host + device code without CUDA
-// types so that the CPU suite checks it (tests/cpp/test_weight_tile.cpp):
+// Tile index math of the activation kernels (quantize_tile.cuh), plain host + device code without
+// CUDA types so that the CPU suite checks it (tests/cpp/test_weight_tile.cpp):
 //   tile_key  the shared-memory swizzle of a staged 128x128 tile of 16-bit elements (16 chunks of
 //             16 bytes per row), also used by the expert-weight kernel (quantize_weight.cu):
 //             bijective per row, conflict-free for every access pattern;
@@ -27,9 +27,8 @@ MXQ_HD int tile_key(int row, int half) {
 // n / d for a CTA index n < 2^31 and a launch constant d >= 1 by one multiply-high (Granlund and
 // Montgomery's round-up method): with shift = ceil(log2 d) and
 // mul = floor(2^32 (2^shift - d) / d) + 1, n / d = (mulhi(n, mul) + n) >> shift, and n < 2^31 keeps
-// the sum inside 32 bits. The tile kernels split their CTA index with it: a 64-bit `%` and `/` cost
-// ~30 dependent instructions (and a 64-bit division routine) before a CTA's first load
-// (docs/performance.md, variants).
+// the sum inside 32 bits. The tile kernels split their CTA index with it (rejected: a 64-bit `%`
+// and `/`, ~30 dependent instructions and a 64-bit division routine before a CTA's first load).
 struct Divider {
   uint32_t d = 1, mul = 1, shift = 0;
   // d = 0 (a launch without tiles, whose CTAs never split their index) divides by 1.

@@ -14,18 +14,21 @@
 
 namespace mxq::kernels::weight {
 
-constexpr int kTileDim = kAtomRows;  // a CTA's tile: 128 rows (n) x 128 columns (k) of one expert
+// A CTA's tile: 128 rows (n) x 128 columns (k) of one expert, one scale atom per axis.
+constexpr int kTileRows = kAtomRows;
+constexpr int kTileCols = kAtomCols * kBlock;
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerWarp = kTileDim / kWarps;  // 16: warp w loads and rowwise-converts rows 16w..
-constexpr int kBands = kTileDim / kBlock;        // 4 bands of 32 rows, 4 column blocks of 32
+constexpr int kRowsPerWarp = kTileRows / kWarps;  // 16: warp w loads and converts rows 16w..
+constexpr int kBands = kTileRows / kBlock;        // 4 bands of 32 rows, 4 column blocks of 32
+static_assert(kTileCols == kTileRows, "square tiles: kBands counts row bands and column blocks");
 
 // Staged tile geometry per input dtype: a row of 128 elements is 16 (16-bit types) or 32 (fp32)
 // chunks of 16 bytes.
 MXQ_HD constexpr int chunk_elems(DType t) { return 16 / dtype_bytes(t); }
-MXQ_HD constexpr int chunks_per_row(DType t) { return kTileDim / chunk_elems(t); }
+MXQ_HD constexpr int chunks_per_row(DType t) { return kTileCols / chunk_elems(t); }
 MXQ_HD constexpr int chunks_per_block(DType t) { return kBlock / chunk_elems(t); }
-MXQ_HD constexpr int loads_per_thread(DType t) { return kTileDim * chunks_per_row(t) / kThreads; }
+MXQ_HD constexpr int loads_per_thread(DType t) { return kTileRows * chunks_per_row(t) / kThreads; }
 MXQ_HD constexpr int rows_per_load(DType t) { return 32 / chunks_per_row(t); }  // per warp instr.
 
 // ---- tiles ----
@@ -41,7 +44,7 @@ struct Tile {
 };
 
 MXQ_HD int64_t tiles_per_expert(int64_t N, int64_t K) {
-  return ceil_div(N, kTileDim) * ceil_div(K, kTileDim);
+  return ceil_div(N, kTileRows) * ceil_div(K, kTileCols);
 }
 
 // The split of a CTA index into tiles, worked out once per launch on the host: dividers by the
@@ -51,7 +54,8 @@ struct TileSplit {
   Divider per_expert, fast;
   static TileSplit of(int64_t N, int64_t K, bool n_fastest) {
     return {Divider::of(static_cast<uint32_t>(tiles_per_expert(N, K))),
-            Divider::of(static_cast<uint32_t>(ceil_div(n_fastest ? N : K, kTileDim)))};
+            Divider::of(static_cast<uint32_t>(n_fastest ? ceil_div(N, kTileRows)
+                                                        : ceil_div(K, kTileCols)))};
   }
 };
 
@@ -60,10 +64,10 @@ struct TileSplit {
 MXQ_HD Tile tile_of(uint32_t index, int64_t N, int64_t K, bool n_fastest, const TileSplit& split) {
   const auto [g, rem] = split.per_expert.split(index);
   const auto [slow, fast] = split.fast.split(rem);
-  const int64_t n0 = int64_t(n_fastest ? fast : slow) * kTileDim;
-  const int64_t k0 = int64_t(n_fastest ? slow : fast) * kTileDim;
-  const int64_t rows = N - n0 < kTileDim ? N - n0 : kTileDim;
-  const int64_t cols = K - k0 < kTileDim ? K - k0 : kTileDim;
+  const int64_t n0 = int64_t(n_fastest ? fast : slow) * kTileRows;
+  const int64_t k0 = int64_t(n_fastest ? slow : fast) * kTileCols;
+  const int64_t rows = N - n0 < kTileRows ? N - n0 : kTileRows;
+  const int64_t cols = K - k0 < kTileCols ? K - k0 : kTileCols;
   return {int64_t(g), n0, k0, int(rows), int(cols)};
 }
 // The same with the split worked out here (the CPU tests).

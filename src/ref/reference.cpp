@@ -111,7 +111,7 @@ void rowwise(const QuantizeParams& p, const RowScalePlacement& place) {
       for (int64_t j = 0; j < scale_cols; ++j) {
         const int64_t at = m * p.K + j * kBlock;
         for (int i = 0; i < kBlock; ++i) v[i] = element(p.x, p.dtype, at + i);
-        p.s_row[place.offset(m, j)] = quantize_block_f32(v, p.rounding, p.q_row + at);
+        p.s_row[place.offset(m, j)] = quantize_block_f32(v, p.scaling_mode, p.q_row + at);
       }
     }
   });
@@ -127,7 +127,7 @@ void colwise(const QuantizeParams& p, const ColScalePlacement& place) {
     for (int64_t i = i_begin; i < i_end; ++i) {
       for (int64_t k = 0; k < p.K; ++k) {
         for (int j = 0; j < kBlock; ++j) v[j] = element(p.x, p.dtype, (i * kBlock + j) * p.K + k);
-        const uint8_t s = quantize_block_f32(v, p.rounding, p.q_col + k * p.M + i * kBlock);
+        const uint8_t s = quantize_block_f32(v, p.scaling_mode, p.q_col + k * p.M + i * kBlock);
         const int64_t at = place.offset(k, i);
         if (at >= 0) p.s_col[at] = s;
       }
@@ -143,7 +143,7 @@ void write_status(int32_t* status) {
 }  // namespace
 
 // The requested axes of one call. The colwise scales are placed straight into s_col by
-// ColScalePlacement; the GPU's composed path places them with its swizzle kernel instead, so
+// ColScalePlacement; the GPU's composed path places them with its to_blocked kernel instead, so
 // composed == reference is a cross-check of two placements.
 void quantize(const QuantizeParams& p) {
   detail::with_op("mxq::ref::quantize", [&] {

@@ -51,20 +51,20 @@ class Weight {
 // 1x32 (§2 per block): S_row[n, j] covers W[g, n, 32j:32j+32]; S_col[k, i] covers
 // W[g, 32i:32i+32, k]. Expert g, rows [32b, 32b + 32) of W: band b. Both byte runs are contiguous
 // (q_col row k holds column k of the expert).
-void quantize_band_1x32(const Weight& w, int64_t g, int64_t b, int64_t K, ScaleRounding rule) {
+void quantize_band_1x32(const Weight& w, int64_t g, int64_t b, int64_t K, ScalingMode mode) {
   float v[kBlock];
   if (w.rowwise()) {
     for (int64_t n = b * kBlock; n < (b + 1) * kBlock; ++n) {
       for (int64_t j = 0; j < K / kBlock; ++j) {
         for (int e = 0; e < kBlock; ++e) v[e] = w.at(g, n, j * kBlock + e);
-        w.s_row(g, n, j) = quantize_block_f32(v, rule, w.q_row(g, n, j * kBlock));
+        w.s_row(g, n, j) = quantize_block_f32(v, mode, w.q_row(g, n, j * kBlock));
       }
     }
   }
   if (w.colwise()) {
     for (int64_t k = 0; k < K; ++k) {
       for (int e = 0; e < kBlock; ++e) v[e] = w.at(g, b * kBlock + e, k);
-      w.s_col(g, k, b) = quantize_block_f32(v, rule, w.q_col(g, b * kBlock, k));
+      w.s_col(g, k, b) = quantize_block_f32(v, mode, w.q_col(g, b * kBlock, k));
     }
   }
 }
@@ -73,14 +73,14 @@ void quantize_band_1x32(const Weight& w, int64_t g, int64_t b, int64_t K, ScaleR
 // (§2 steps 2-3 over the tile), one byte per value (§2 steps 4-6 with the tile's r), placed on both
 // axes: q_row[g, n, k] = q_col[g, k, n], S_row[n, c] = s for the tile's 32 rows n, S_col[k, b] = s
 // for its 32 columns k.
-void quantize_band_32x32(const Weight& w, int64_t g, int64_t b, int64_t K, ScaleRounding rule) {
+void quantize_band_32x32(const Weight& w, int64_t g, int64_t b, int64_t K, ScalingMode mode) {
   std::vector<float> tile(kBlock * kBlock);
   for (int64_t c = 0; c < K / kBlock; ++c) {
     for (int i = 0; i < kBlock; ++i) {
       for (int e = 0; e < kBlock; ++e)
         tile[i * kBlock + e] = w.at(g, b * kBlock + i, c * kBlock + e);
     }
-    const uint8_t s = e8m0_from_amax(amax_f32(tile.data(), kBlock * kBlock), rule);
+    const uint8_t s = e8m0_from_amax(amax_f32(tile.data(), kBlock * kBlock), mode);
     const float r = e8m0_reciprocal(s);
     for (int i = 0; i < kBlock; ++i) {
       for (int e = 0; e < kBlock; ++e) {
@@ -114,9 +114,9 @@ void quantize_weight(const QuantizeWeightParams& p) {
   parallel_for(p.G * bands, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
       if (p.scaling == WeightScaling::k32x32) {
-        quantize_band_32x32(w, u / bands, u % bands, p.K, p.rounding);
+        quantize_band_32x32(w, u / bands, u % bands, p.K, p.scaling_mode);
       } else {
-        quantize_band_1x32(w, u / bands, u % bands, p.K, p.rounding);
+        quantize_band_1x32(w, u / bands, u % bands, p.K, p.scaling_mode);
       }
     }
   });

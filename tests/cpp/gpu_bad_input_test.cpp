@@ -115,9 +115,9 @@ std::vector<BadCase> bad_cases() {
        },
        {"status", "offs"}},
       {"status_misaligned", [](Call& c) { c.q.status = shifted(c.q.status, 1); }, {"status"}},
-      {"rounding_invalid",
-       [](Call& c) { c.q.rounding = static_cast<ScaleRounding>(7); },
-       {"rounding", "7"}},
+      {"scaling_mode_invalid",
+       [](Call& c) { c.q.scaling_mode = static_cast<ScalingMode>(7); },
+       {"scaling_mode", "7"}},
       {"nothing_to_compute",
        [](Call& c) { c.q.q_row = c.q.s_row = c.q.q_col = c.q.s_col = nullptr; },
        {"nothing to compute"}},
@@ -232,13 +232,13 @@ TEST_P(GpuBadInput, ThrowsNamingTheArgumentAndWritesNothing) {
   Call call;
   switch (bad.api) {
     case Api::kRowwise:
-      call.q = dev.params(Path::kRowwise, ScaleRounding::kRceil);
+      call.q = dev.params(Path::kRowwise, ScalingMode::kRceil);
       break;
     case Api::kColwise:
-      call.q = dev.params(Path::kColwise, ScaleRounding::kRceil);
+      call.q = dev.params(Path::kColwise, ScalingMode::kRceil);
       break;
     default:
-      call.q = dev.params(Path::kFused, ScaleRounding::kRceil);
+      call.q = dev.params(Path::kFused, ScalingMode::kRceil);
       break;
   }
   call.workspace = dev.workspace();
@@ -290,7 +290,7 @@ TEST_F(GpuValidInput, BaseArgumentsAreAccepted) {
   DeviceProblem dev(x, kM, kK, stream.get());
   dev.set_offs({128, 256});
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
-    EXPECT_NO_THROW(dev.run(path, ScaleRounding::kRceil)) << path_name(path);
+    EXPECT_NO_THROW(dev.run(path, ScalingMode::kRceil)) << path_name(path);
   }
   GuardedBuffer dq_out("dequantize out", size_t(kM * kK * 2));
   DequantizeParams d;
@@ -315,7 +315,7 @@ TEST_F(GpuValidInput, ZeroTokens) {
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
     SCOPED_TRACE(path_name(path));
     dev.poison();
-    EXPECT_NO_THROW(dev.launch(path, ScaleRounding::kRceil));
+    EXPECT_NO_THROW(dev.launch(path, ScalingMode::kRceil));
     dev.expect_untouched();
   }
   const std::vector<int32_t> offs = {0, 0, 0};
@@ -325,7 +325,7 @@ TEST_F(GpuValidInput, ZeroTokens) {
   ASSERT_GT(s_col.bytes(), 0);
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
     SCOPED_TRACE(path_name(path));
-    const HostOutputs got = dev.run(path, ScaleRounding::kRceil);
+    const HostOutputs got = dev.run(path, ScalingMode::kRceil);
     if (has_rowwise(path)) {
       EXPECT_TRUE(same_bytes(got.s_row, std::vector<uint8_t>(size_t(s_row.bytes()), 0), s_row.cols,
                              std::string(path_name(path)) + " s_row"));
@@ -337,7 +337,7 @@ TEST_F(GpuValidInput, ZeroTokens) {
     EXPECT_EQ(got.status, 0) << describe_status(got.status);
     // The status word reports on the offs: malformed ones are reported with M = 0 too.
     dev.set_offs({128, 0, 0});
-    const HostOutputs bad = dev.run(path, ScaleRounding::kRceil);
+    const HostOutputs bad = dev.run(path, ScalingMode::kRceil);
     EXPECT_EQ(bad.status, kOffsBeyondM | kOffsDecreasing) << describe_status(bad.status);
     dev.set_offs(offs);
   }
@@ -388,7 +388,7 @@ TEST_F(GpuValidInput, ZeroFeatures) {
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
     SCOPED_TRACE(path_name(path));
     dev.poison();
-    EXPECT_NO_THROW(dev.launch(path, ScaleRounding::kRceil));
+    EXPECT_NO_THROW(dev.launch(path, ScalingMode::kRceil));
     dev.expect_untouched();
   }
   dev.set_offs({128, 256});
@@ -396,7 +396,7 @@ TEST_F(GpuValidInput, ZeroFeatures) {
   ASSERT_EQ(s_col_shape(kM, 0, 2).bytes(), 0);
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
     SCOPED_TRACE(path_name(path));
-    const HostOutputs got = dev.run(path, ScaleRounding::kRceil);
+    const HostOutputs got = dev.run(path, ScalingMode::kRceil);
     EXPECT_EQ(got.status, 0) << "the status word was not written: " << describe_status(got.status);
   }
 }

@@ -29,7 +29,7 @@ struct Case {
   std::vector<int32_t> offs;
   HostOutputs want;
 };
-Case make_case(int64_t M, int64_t K, bool grouped, ScaleRounding r, uint64_t seed) {
+Case make_case(int64_t M, int64_t K, bool grouped, ScalingMode r, uint64_t seed) {
   Case c{M, K, make_input(M, K, Dist::kSpecial, seed), {}, {}};
   if (grouped) c.offs = make_offs(M, 8, GroupFill::kTail, seed ^ 1);
   c.want = reference_outputs(c.x, M, K, c.offs, r);
@@ -58,14 +58,14 @@ class GpuDeterminism : public GpuTestWithParam<PathGrouped> {};
 
 TEST_P(GpuDeterminism, RepeatedLaunchesIdentical) {
   const auto [path, grouped] = GetParam();
-  const Case c = make_case(1024, 768, grouped, ScaleRounding::kRceil, test_seed());
+  const Case c = make_case(1024, 768, grouped, ScalingMode::kRceil, test_seed());
   Stream stream;
   DeviceProblem dev(c.x, c.M, c.K, stream.get());
   dev.set_offs(c.offs);
-  const HostOutputs first = dev.run(path, ScaleRounding::kRceil, kPoisons[0]);
+  const HostOutputs first = dev.run(path, ScalingMode::kRceil, kPoisons[0]);
   expect_matches_reference(first, c.want, path, c.M, c.K, int64_t(c.offs.size()));
   for (size_t i = 1; i < std::size(kPoisons); ++i) {
-    const HostOutputs again = dev.run(path, ScaleRounding::kRceil, kPoisons[i]);
+    const HostOutputs again = dev.run(path, ScalingMode::kRceil, kPoisons[i]);
     expect_same_outputs(again, first, path,
                         "launch " + std::to_string(i) + " over poison " + hex_byte(kPoisons[i]));
   }
@@ -99,7 +99,7 @@ class GpuStreams : public GpuTestWithParam<StreamParam> {};
 TEST_P(GpuStreams, MatchesReference) {
   const auto [kind, path] = GetParam();
   const bool grouped = (int(kind) + int(path)) % 2 == 1;
-  const Case c = make_case(512, 1024, grouped, ScaleRounding::kFloor, test_seed());
+  const Case c = make_case(512, 1024, grouped, ScalingMode::kFloor, test_seed());
   Stream blocking(false), non_blocking(true);
   cudaStream_t s = nullptr;
   if (kind == StreamKind::kPerThreadDefault) s = cudaStreamPerThread;
@@ -107,7 +107,7 @@ TEST_P(GpuStreams, MatchesReference) {
   if (kind == StreamKind::kNonBlocking) s = non_blocking.get();
   DeviceProblem dev(c.x, c.M, c.K, s);
   dev.set_offs(c.offs);
-  expect_matches_reference(dev.run(path, ScaleRounding::kFloor), c.want, path, c.M, c.K,
+  expect_matches_reference(dev.run(path, ScalingMode::kFloor), c.want, path, c.M, c.K,
                            int64_t(c.offs.size()));
 }
 
@@ -129,8 +129,8 @@ class GpuConcurrent : public GpuTest {};
 TEST_F(GpuConcurrent, TwoStreamsInFlight) {
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
     SCOPED_TRACE(path_name(path));
-    const Case a = make_case(2048, 512, true, ScaleRounding::kRceil, test_seed(1));
-    const Case b = make_case(512, 2048, false, ScaleRounding::kRceil, test_seed(2));
+    const Case a = make_case(2048, 512, true, ScalingMode::kRceil, test_seed(1));
+    const Case b = make_case(512, 2048, false, ScalingMode::kRceil, test_seed(2));
     Stream sa, sb;
     DeviceProblem da(a.x, a.M, a.K, sa.get()), db(b.x, b.M, b.K, sb.get());
     da.set_offs(a.offs);
@@ -138,9 +138,9 @@ TEST_F(GpuConcurrent, TwoStreamsInFlight) {
       da.poison();
       db.poison();
       MXQ_TEST_CUDA(cudaDeviceSynchronize());
-      da.launch(path, ScaleRounding::kRceil);
-      db.launch(path, ScaleRounding::kRceil);
-      da.launch(path, ScaleRounding::kRceil);  // again while the other stream may still run
+      da.launch(path, ScalingMode::kRceil);
+      db.launch(path, ScalingMode::kRceil);
+      da.launch(path, ScalingMode::kRceil);  // again while the other stream may still run
       expect_matches_reference(da.collect(path), a.want, path, a.M, a.K, int64_t(a.offs.size()),
                                "stream A");
       expect_matches_reference(db.collect(path), b.want, path, b.M, b.K, 0, "stream B");
@@ -175,7 +175,7 @@ class GpuGraph : public GpuTestWithParam<PathGrouped> {};
 
 TEST_P(GpuGraph, CaptureAndReplayIdentical) {
   const auto [path, grouped] = GetParam();
-  const ScaleRounding r = grouped ? ScaleRounding::kFloor : ScaleRounding::kRceil;
+  const ScalingMode r = grouped ? ScalingMode::kFloor : ScalingMode::kRceil;
   const Case c = make_case(2048, 640, grouped, r, test_seed());
   Stream stream;
   DeviceProblem dev(c.x, c.M, c.K, stream.get());
@@ -200,7 +200,7 @@ TEST_P(GpuGraph, CaptureAndReplayIdentical) {
   EXPECT_GE(kernels, 1)
       << "the captured graph has no kernel node: the op ignored the caller's stream";
   if (path == Path::kComposed) {
-    EXPECT_GE(kernels, 3) << "the composed path is three kernels: rowwise, colwise, swizzle";
+    EXPECT_GE(kernels, 3) << "the composed path is three kernels: rowwise, colwise, to_blocked";
   }
   // Capture records, it does not run: every output still holds the poison.
   dev.expect_untouched();

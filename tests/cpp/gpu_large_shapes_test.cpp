@@ -19,7 +19,7 @@ std::string param_name(const ::testing::TestParamInfo<Shape>& info) {
 
 TEST_P(GpuLargeShapes, AllPathsMatchReference) {
   const int64_t M = GetParam().M, K = GetParam().K;
-  const ScaleRounding r = ScaleRounding::kRceil;
+  const ScalingMode r = ScalingMode::kRceil;
   const uint64_t seed = test_seed();
   const std::vector<int32_t> offs = make_offs(M, 8, GroupFill::kTail, seed ^ 1);
   SCOPED_TRACE("seed " + std::to_string(seed) + ", grouped offs " + offs_to_string(offs));

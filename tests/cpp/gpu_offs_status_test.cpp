@@ -103,7 +103,7 @@ int32_t run_grouped_op(GroupedOp op, const std::vector<int32_t>& offs, uint64_t 
     dev.set_offs(offs);
     const Path path = path_of(op);
     dev.poison();
-    EXPECT_NO_THROW(dev.launch(path, ScaleRounding::kRceil))
+    EXPECT_NO_THROW(dev.launch(path, ScalingMode::kRceil))
         << "offs are checked on the device, not the host";
     // Synchronizes, checks guards, x and offs unchanged, the outputs the path does not own (the
     // other axis, the workspace) still poisoned.
@@ -199,7 +199,7 @@ TEST_P(GpuOffsCheckers, CheckStatusThrowsOnTheStatusAnOpWrote) {
   for (Path path : {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed}) {
     SCOPED_TRACE(path_name(path));
     dev.poison();
-    dev.launch(path, ScaleRounding::kRceil);
+    dev.launch(path, ScalingMode::kRceil);
     try {
       check_status(dev.status().as<int32_t>(), stream.get());
       ADD_FAILURE() << "check_status accepted the status of offs " << offs_to_string(bad.offs);

@@ -1,5 +1,5 @@
 // Every quantize path on the device, byte-exact against the CPU reference (issues 3 and 4):
-//   GpuOps       dense: each path x small/medium shapes x every input family x both rounding rules
+//   GpuOps       dense: each path x small/medium shapes x every input family x both scaling modes
 //                x both tile heights of the 16-bit kernels (128 and 64 rows, forced)
 //   GpuGrouped   every path with offs (32-aligned groups; rowwise only with the M-groups s_row,
 //                colwise only with the K-groups s_col, fused, composed): G = 1, 4, 8, 64, 300,
@@ -11,10 +11,6 @@
 //                Inf/NaN footprints, mixed magnitudes, the docs/numerics.md §4 table (also checked
 //                against the table itself), and a sweep of every bf16 pattern against most scales
 //                (the hardware conversion check)
-//   GpuProbe     mxq::bench::quantize_probe (the benchmark's data-movement probe) writes every
-//                byte the fused path writes, and its stand-in values: the high byte of each
-//                element in q_row and q_col, 127 in every scale byte of a staged tile (0 in the
-//                padding past the last 64-row tile); both tile heights
 // Outputs are poisoned before every run and every output sits between guard bands (gpu_util.h).
 #include <array>
 #include <iterator>
@@ -29,27 +25,27 @@ namespace {
 constexpr Path kAllPaths[] = {Path::kRowwise, Path::kColwise, Path::kFused, Path::kComposed};
 
 // ------------------------------------------------------------------------------------------------
-// GpuOps: dense, every path x shape x input family x rounding.
+// GpuOps: dense, every path x shape x input family x scaling mode.
 // ------------------------------------------------------------------------------------------------
-using DenseParam = std::tuple<Path, Shape, Dist, ScaleRounding, int>;
+using DenseParam = std::tuple<Path, Shape, Dist, ScalingMode, int>;
 class GpuOps : public GpuTestWithParam<DenseParam> {};
 
 TEST_P(GpuOps, MatchesReference) {
-  const auto [path, shape, dist, rounding, tile_rows] = GetParam();
+  const auto [path, shape, dist, mode, tile_rows] = GetParam();
   const ForcedTileRows forced(tile_rows);
   const uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<uint16_t> x = make_input(shape.M, shape.K, dist, seed);
-  const HostOutputs want = reference_outputs(x, shape.M, shape.K, {}, rounding);
+  const HostOutputs want = reference_outputs(x, shape.M, shape.K, {}, mode);
   Stream stream;
   DeviceProblem dev(x, shape.M, shape.K, stream.get());
-  expect_matches_reference(dev.run(path, rounding), want, path, shape.M, shape.K, 0);
+  expect_matches_reference(dev.run(path, mode), want, path, shape.M, shape.K, 0);
 }
 
 std::string dense_name(const ::testing::TestParamInfo<DenseParam>& info) {
-  const auto& [path, shape, dist, rounding, tile_rows] = info.param;
+  const auto& [path, shape, dist, mode, tile_rows] = info.param;
   return std::string(path_name(path)) + "_" + shape_name(shape) + "_" + dist_name(dist) + "_" +
-         rounding_name(rounding) + "_rows" + std::to_string(tile_rows);
+         scaling_mode_name(mode) + "_rows" + std::to_string(tile_rows);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -61,28 +57,28 @@ INSTANTIATE_TEST_SUITE_P(
                                          Shape{512, 4096}),
                        ::testing::Values(Dist::kSpecial, Dist::kNormal, Dist::kUniform, Dist::kWide,
                                          Dist::kArange),
-                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor),
+                       ::testing::Values(ScalingMode::kRceil, ScalingMode::kFloor),
                        ::testing::ValuesIn(kTileHeights)),
     dense_name);
 
 // ------------------------------------------------------------------------------------------------
 // GpuGrouped: every path with device offs and the status word.
 // ------------------------------------------------------------------------------------------------
-using GroupedParam = std::tuple<Path, Shape, int, GroupFill, ScaleRounding, int>;
+using GroupedParam = std::tuple<Path, Shape, int, GroupFill, ScalingMode, int>;
 class GpuGrouped : public GpuTestWithParam<GroupedParam> {};
 
 TEST_P(GpuGrouped, MatchesReference) {
-  const auto [path, shape, G, fill, rounding, tile_rows] = GetParam();
+  const auto [path, shape, G, fill, mode, tile_rows] = GetParam();
   const ForcedTileRows forced(tile_rows);
   const uint64_t seed = test_seed();
   const std::vector<int32_t> offs = make_offs(shape.M, G, fill, seed ^ 1);
   SCOPED_TRACE("seed " + std::to_string(seed) + ", offs " + offs_to_string(offs));
   const std::vector<uint16_t> x = make_input(shape.M, shape.K, Dist::kSpecial, seed);
-  const HostOutputs want = reference_outputs(x, shape.M, shape.K, offs, rounding);
+  const HostOutputs want = reference_outputs(x, shape.M, shape.K, offs, mode);
   Stream stream;
   DeviceProblem dev(x, shape.M, shape.K, stream.get());
   dev.set_offs(offs);
-  const HostOutputs got = dev.run(path, rounding);
+  const HostOutputs got = dev.run(path, mode);
   expect_matches_reference(got, want, path, shape.M, shape.K, G);
   if (has_rowwise(path)) {
     EXPECT_TRUE(row_scale_layout_holds(got.s_row, want.s_row_plain, shape.M, shape.K, offs));
@@ -96,9 +92,9 @@ TEST_P(GpuGrouped, MatchesReference) {
 }
 
 std::string grouped_name(const ::testing::TestParamInfo<GroupedParam>& info) {
-  const auto& [path, shape, G, fill, rounding, tile_rows] = info.param;
+  const auto& [path, shape, G, fill, mode, tile_rows] = info.param;
   return std::string(path_name(path)) + "_" + shape_name(shape) + "_G" + std::to_string(G) + "_" +
-         group_fill_name(fill) + "_" + rounding_name(rounding) + "_rows" +
+         group_fill_name(fill) + "_" + scaling_mode_name(mode) + "_rows" +
          std::to_string(tile_rows);
 }
 
@@ -108,7 +104,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(Shape{1056, 224}, Shape{1024, 384}, Shape{8192, 256}),
                        ::testing::Values(1, 4, 8, 64, 300, kMaxGroups),
                        ::testing::Values(GroupFill::kTail, GroupFill::kFull, GroupFill::kEmpty),
-                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor),
+                       ::testing::Values(ScalingMode::kRceil, ScalingMode::kFloor),
                        ::testing::ValuesIn(kTileHeights)),
     grouped_name);
 
@@ -325,8 +321,8 @@ std::vector<uint16_t> make_target_input(Target target, int64_t M, int64_t K, uin
   return x;
 }
 
-// The docs/numerics.md §4 table as printed: scale byte per rule and the data byte of each input
-// value of the block.
+// The docs/numerics.md §4 table as printed: scale byte per scaling mode and the data byte of each
+// input value of the block.
 struct TableCase {
   uint8_t s_rceil, s_floor;
   std::vector<std::array<uint16_t, 3>>
@@ -359,10 +355,10 @@ const std::vector<TableCase>& spec_table() {
   return table;
 }
 
-uint8_t table_data_byte(const TableCase& tc, uint16_t v, ScaleRounding r) {
+uint8_t table_data_byte(const TableCase& tc, uint16_t v, ScalingMode r) {
   if (tc.data.empty()) return kE4m3Nan;
   for (const auto& d : tc.data) {
-    if (d[0] == v) return uint8_t(r == ScaleRounding::kRceil ? d[1] : d[2]);
+    if (d[0] == v) return uint8_t(r == ScalingMode::kRceil ? d[1] : d[2]);
   }
   ADD_FAILURE() << "value 0x" << std::hex << v << " not in its docs/numerics.md §4 case";
   return 0;
@@ -371,7 +367,7 @@ uint8_t table_data_byte(const TableCase& tc, uint16_t v, ScaleRounding r) {
 // The kSpecialTiles outputs against the docs/numerics.md §4 table itself (not the reference): a
 // misreading of the contract shared by the reference and the kernels shows up here.
 void expect_spec_table(const HostOutputs& got, Path path, const std::vector<uint16_t>& x, int64_t M,
-                       int64_t K, ScaleRounding r) {
+                       int64_t K, ScalingMode r) {
   ASSERT_EQ(special_block_list().size(), spec_table().size());
   const int64_t tiles_k = K / kBlock;
   const bool rows = has_rowwise(path), cols = has_colwise(path);
@@ -390,7 +386,7 @@ void expect_spec_table(const HostOutputs& got, Path path, const std::vector<uint
     for (int64_t k = 0; k < K; ++k) {
       const TableCase& tc =
           spec_table()[size_t(special_case_of_tile(m / kBlock, k / kBlock, tiles_k))];
-      const uint8_t s = r == ScaleRounding::kRceil ? tc.s_rceil : tc.s_floor;
+      const uint8_t s = r == ScalingMode::kRceil ? tc.s_rceil : tc.s_floor;
       const uint8_t q = table_data_byte(tc, x[size_t(m * K + k)], r);
       if (rows) {
         check(got.q_row[size_t(m * K + k)], q, "q_row", m, k);
@@ -411,28 +407,27 @@ void expect_spec_table(const HostOutputs& got, Path path, const std::vector<uint
                     << " bytes differ from the docs/numerics.md §4 table; first " << first;
 }
 
-using TargetParam = std::tuple<Target, ScaleRounding>;
+using TargetParam = std::tuple<Target, ScalingMode>;
 class GpuTargeted : public GpuTestWithParam<TargetParam> {};
 
 TEST_P(GpuTargeted, AllPathsMatchReference) {
-  const auto [target, rounding] = GetParam();
+  const auto [target, mode] = GetParam();
   const Shape shape = target == Target::kCvtSweep       ? Shape{4096, 4096}
                       : target == Target::kSpecialTiles ? Shape{640, 672}
                                                         : Shape{544, 800};
   const uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const std::vector<uint16_t> x = make_target_input(target, shape.M, shape.K, seed);
-  const HostOutputs want = reference_outputs(x, shape.M, shape.K, {}, rounding);
+  const HostOutputs want = reference_outputs(x, shape.M, shape.K, {}, mode);
   Stream stream;
   DeviceProblem dev(x, shape.M, shape.K, stream.get());
   for (Path path : kAllPaths) {
-    const HostOutputs got = dev.run(path, rounding);
+    const HostOutputs got = dev.run(path, mode);
     expect_matches_reference(got, want, path, shape.M, shape.K, 0);
-    if (target == Target::kSpecialTiles)
-      expect_spec_table(got, path, x, shape.M, shape.K, rounding);
+    if (target == Target::kSpecialTiles) expect_spec_table(got, path, x, shape.M, shape.K, mode);
   }
   if (target == Target::kSpecialTiles)
-    expect_spec_table(want, Path::kFused, x, shape.M, shape.K, rounding);
+    expect_spec_table(want, Path::kFused, x, shape.M, shape.K, mode);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -441,69 +436,11 @@ INSTANTIATE_TEST_SUITE_P(
                                          Target::kScaleZero, Target::kNonFiniteSingle,
                                          Target::kNonFiniteRuns, Target::kMixedMagnitude,
                                          Target::kSpecialTiles, Target::kCvtSweep),
-                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
+                       ::testing::Values(ScalingMode::kRceil, ScalingMode::kFloor)),
     [](const ::testing::TestParamInfo<TargetParam>& info) {
       return std::string(target_name(std::get<0>(info.param))) + "_" +
-             rounding_name(std::get<1>(info.param));
+             scaling_mode_name(std::get<1>(info.param));
     });
-
-// ------------------------------------------------------------------------------------------------
-// GpuProbe: the probe moves the fused path's bytes (every byte of all four outputs, nothing else).
-// ------------------------------------------------------------------------------------------------
-using ProbeParam = std::tuple<Shape, int>;
-class GpuProbe : public GpuTestWithParam<ProbeParam> {};
-
-TEST_P(GpuProbe, WritesEveryFusedByteWithTheStandIn) {
-  const auto [shape, tile_rows] = GetParam();
-  const ForcedTileRows forced(tile_rows);
-  const int64_t M = shape.M, K = shape.K;
-  const uint64_t seed = test_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  const std::vector<uint16_t> x = make_input(M, K, Dist::kSpecial, seed);
-  HostOutputs want;
-  want.q_row.resize(size_t(M * K));
-  want.q_col.resize(size_t(M * K));
-  for (int64_t m = 0; m < M; ++m) {
-    for (int64_t k = 0; k < K; ++k) {
-      const uint8_t high = uint8_t(x[size_t(m * K + k)] >> 8);
-      want.q_row[size_t(m * K + k)] = high;
-      want.q_col[size_t(k * M + m)] = high;
-    }
-  }
-  // Every scale of a staged tile is the stand-in 127, also those of the zero rows past the edge of
-  // x; the blocked padding past the last tile is 0 (only a 64-row tile ends before its atom does).
-  const int64_t staged_rows = round_up(M, int64_t(tile_rows));
-  const Shape2d s_row = s_row_shape(M, K), s_col = s_col_shape(M, K);
-  want.s_row.assign(size_t(s_row.bytes()), 0);
-  want.s_col.assign(size_t(s_col.bytes()), 0);
-  for (int64_t r = 0; r < staged_rows; ++r) {
-    for (int64_t c = 0; c < s_row.cols; ++c) {
-      want.s_row[size_t(blocked_offset(r, c, s_row.cols))] = 127;
-    }
-  }
-  for (int64_t r = 0; r < s_col.rows; ++r) {
-    for (int64_t c = 0; c < staged_rows / kBlock; ++c) {
-      want.s_col[size_t(blocked_offset(r, c, s_col.cols))] = 127;
-    }
-  }
-  Stream stream;
-  DeviceProblem dev(x, M, K, stream.get());
-  dev.poison();
-  bench::quantize_probe(dev.params(Path::kFused, ScaleRounding::kRceil));
-  // The fused path's outputs and nothing else (guards, workspace, status, x unchanged).
-  const HostOutputs got = dev.collect(Path::kFused);
-  expect_matches_reference(got, want, Path::kFused, M, K, 0, "probe");
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuProbe,
-                         ::testing::Combine(::testing::Values(Shape{32, 32}, Shape{96, 160},
-                                                              Shape{544, 96}, Shape{128, 128},
-                                                              Shape{1024, 384}, Shape{512, 4096}),
-                                            ::testing::ValuesIn(kTileHeights)),
-                         [](const ::testing::TestParamInfo<ProbeParam>& info) {
-                           return shape_name(std::get<0>(info.param)) + "_rows" +
-                                  std::to_string(std::get<1>(info.param));
-                         });
 
 }  // namespace
 }  // namespace mxq::test

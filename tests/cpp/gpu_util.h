@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../../src/host/parallel.h"
+#include "../../src/host/testing.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"
 #include "mxq/numerics.h"
@@ -76,11 +77,11 @@ class GpuTestWithParam : public ::testing::TestWithParam<Param> {
 };
 
 // Forces the 16-bit quantize kernels' tile height (64 or 128 rows) for one scope, then gives the
-// choice back to each launch (mxq::bench::force_tile_rows).
+// choice back to each launch (src/host/testing.h).
 class ForcedTileRows {
  public:
-  explicit ForcedTileRows(int rows) { bench::force_tile_rows(rows); }
-  ~ForcedTileRows() { bench::force_tile_rows(0); }
+  explicit ForcedTileRows(int rows) { detail::force_tile_rows(rows); }
+  ~ForcedTileRows() { detail::force_tile_rows(0); }
   ForcedTileRows(const ForcedTileRows&) = delete;
   ForcedTileRows& operator=(const ForcedTileRows&) = delete;
 };
@@ -367,7 +368,7 @@ inline const char* path_name(Path p) {
 }
 inline bool has_rowwise(Path p) { return p != Path::kColwise; }
 inline bool has_colwise(Path p) { return p != Path::kRowwise; }
-inline const char* rounding_name(ScaleRounding r) { return to_string(r); }
+inline const char* scaling_mode_name(ScalingMode r) { return to_string(r); }
 
 // Printers, so GoogleTest and ctest show parameters as words instead of bytes.
 inline void PrintTo(Path p, std::ostream* os) { *os << path_name(p); }
@@ -399,7 +400,7 @@ inline std::vector<uint8_t> unblock(const std::vector<uint8_t>& blocked, int64_t
 
 // The dense blocked scales {s_row, s_col} of x by a reference call without offs.
 inline std::pair<std::vector<uint8_t>, std::vector<uint8_t>> reference_dense_scales(
-    const std::vector<uint16_t>& x, int64_t M, int64_t K, ScaleRounding rounding) {
+    const std::vector<uint16_t>& x, int64_t M, int64_t K, ScalingMode mode) {
   std::vector<uint8_t> q(size_t(q_row_shape(M, K).bytes()));
   std::vector<uint8_t> s_row(size_t(s_row_shape(M, K).bytes()));
   std::vector<uint8_t> s_col(size_t(s_col_shape(M, K).bytes()));
@@ -407,7 +408,7 @@ inline std::pair<std::vector<uint8_t>, std::vector<uint8_t>> reference_dense_sca
   p.x = x.data();
   p.M = M;
   p.K = K;
-  p.rounding = rounding;
+  p.scaling_mode = mode;
   p.q_row = q.data();
   p.s_row = s_row.data();
   ref::quantize(p);
@@ -422,7 +423,7 @@ inline std::pair<std::vector<uint8_t>, std::vector<uint8_t>> reference_dense_sca
 // and the status word when given), plus the plain scales (read out of the dense s_row and s_col;
 // when grouped, out of second, dense calls).
 inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, int64_t K,
-                                     const std::vector<int32_t>& offs, ScaleRounding rounding) {
+                                     const std::vector<int32_t>& offs, ScalingMode mode) {
   const int64_t G = int64_t(offs.size());
   HostOutputs want;
   want.q_row.resize(size_t(q_row_shape(M, K).bytes()));
@@ -434,7 +435,7 @@ inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, 
   p.x = x.data();
   p.M = M;
   p.K = K;
-  p.rounding = rounding;
+  p.scaling_mode = mode;
   p.offs = G ? offs.data() : nullptr;
   p.num_groups = G;
   p.q_row = want.q_row.data();
@@ -452,7 +453,7 @@ inline HostOutputs reference_outputs(const std::vector<uint16_t>& x, int64_t M, 
     want.s_row_plain = unblock(want.s_row, M, K / kBlock);
     want.s_col_plain = unblock(want.s_col, K, M / kBlock);
   } else {
-    const auto dense = reference_dense_scales(x, M, K, rounding);
+    const auto dense = reference_dense_scales(x, M, K, mode);
     want.s_row_plain = unblock(dense.first, M, K / kBlock);
     want.s_col_plain = unblock(dense.second, K, M / kBlock);
   }
@@ -530,12 +531,12 @@ class DeviceProblem {
   void* workspace() const { return workspace_.data(); }
 
   // The params of `path`: the pairs of the skipped axis null; offs and status when grouped.
-  QuantizeParams params(Path path, ScaleRounding r) const {
+  QuantizeParams params(Path path, ScalingMode r) const {
     QuantizeParams p;
     p.x = x_.data();
     p.M = M_;
     p.K = K_;
-    p.rounding = r;
+    p.scaling_mode = r;
     p.offs = grouped() ? offs_.as<int32_t>() : nullptr;
     p.num_groups = num_groups();
     if (has_rowwise(path)) {
@@ -557,7 +558,7 @@ class DeviceProblem {
   }
 
   // Enqueues the path (no synchronization: usable under graph capture).
-  void launch(Path path, ScaleRounding r) const {
+  void launch(Path path, ScalingMode r) const {
     if (path == Path::kComposed) {
       quantize_composed(params(path, r), workspace());
     } else {
@@ -583,7 +584,7 @@ class DeviceProblem {
     return got;
   }
 
-  HostOutputs run(Path path, ScaleRounding r, uint8_t poison_byte = kPoison,
+  HostOutputs run(Path path, ScalingMode r, uint8_t poison_byte = kPoison,
                   bool check_untouched = true) const {
     poison(poison_byte);
     launch(path, r);

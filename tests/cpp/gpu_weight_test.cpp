@@ -1,8 +1,8 @@
 // mxq::quantize_weight on the device, byte-exact against mxq::ref::quantize_weight (docs/numerics.md
 // §11). Every suite name contains "Weight" (--gtest_filter='*Weight*'):
-//   GpuWeight             every dtype x policy x rule x shape x input family; shapes with N or K =
-//                         32, 96, 160, 2880 (partial 128-tiles) and G = 1, 3, 8; each run twice with
-//                         different poisons, guard bands and the input checked
+//   GpuWeight             every dtype x policy x scaling mode x shape x input family; shapes with
+//                         N or K = 32, 96, 160, 2880 (partial 128-tiles) and G = 1, 3, 8; each run
+//                         twice with different poisons, guard bands and the input checked
 //   GpuWeightAxes         every axis-skip combination: skipped outputs stay poisoned; no axis at
 //                         all is refused before anything is written
 //   GpuWeightDeterminism  repeated launches on different streams give identical bytes
@@ -39,7 +39,7 @@ class WeightDevice {
     s_col_ = GuardedBuffer("s_col", size_t(weight_s_col_shape(s.G, s.N, s.K).bytes()));
   }
 
-  QuantizeWeightParams params(WeightScaling scaling, ScaleRounding rule, bool rowwise = true,
+  QuantizeWeightParams params(WeightScaling scaling, ScalingMode mode, bool rowwise = true,
                               bool colwise = true) const {
     QuantizeWeightParams p;
     p.w = w_.data();
@@ -47,7 +47,7 @@ class WeightDevice {
     p.G = w_host_->shape.G;
     p.N = w_host_->shape.N;
     p.K = w_host_->shape.K;
-    p.rounding = rule;
+    p.scaling_mode = mode;
     p.scaling = scaling;
     p.q_row = rowwise ? q_row_.data() : nullptr;
     p.s_row = rowwise ? s_row_.data() : nullptr;
@@ -63,10 +63,10 @@ class WeightDevice {
 
   // Poisons, runs, synchronizes; checks guards, the input and that skipped outputs still hold the
   // poison (EXPECT, named with `label`); returns the outputs the call owns.
-  WeightOutputs run(WeightScaling scaling, ScaleRounding rule, bool rowwise, bool colwise,
+  WeightOutputs run(WeightScaling scaling, ScalingMode mode, bool rowwise, bool colwise,
                     uint8_t poison_byte, const std::string& label) const {
     poison(poison_byte);
-    quantize_weight(params(scaling, rule, rowwise, colwise));
+    quantize_weight(params(scaling, mode, rowwise, colwise));
     return collect(rowwise, colwise, poison_byte, label);
   }
 
@@ -127,40 +127,40 @@ WeightOutputs only_axes(WeightOutputs o, bool rowwise, bool colwise) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// GpuWeight: dtype x policy x rule x shape x input family.
+// GpuWeight: dtype x policy x scaling mode x shape x input family.
 // ------------------------------------------------------------------------------------------------
 const WeightShape kGpuShapes[] = {{1, 32, 32},   {3, 96, 160},  {8, 160, 96},   {1, 2880, 160},
                                   {3, 32, 2880}, {8, 128, 256}, {1, 256, 2880}, {3, 2880, 96}};
 
-using WeightParam = std::tuple<DType, WeightScaling, ScaleRounding, WeightShape, WDist>;
+using WeightParam = std::tuple<DType, WeightScaling, ScalingMode, WeightShape, WDist>;
 class GpuWeight : public GpuTestWithParam<WeightParam> {};
 
 TEST_P(GpuWeight, MatchesReference) {
-  const auto [dtype, scaling, rule, shape, dist] = GetParam();
+  const auto [dtype, scaling, mode, shape, dist] = GetParam();
   const uint64_t seed = test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const WeightTensor w = make_weight(dtype, shape, dist, seed);
-  const WeightOutputs want = reference_weight(w, scaling, rule);
+  const WeightOutputs want = reference_weight(w, scaling, mode);
   Stream stream;
   WeightDevice dev(w, stream.get());
   for (const uint8_t poison : {kPoison, kPoisonB}) {
     const std::string label = "poison " + std::to_string(poison);
     EXPECT_TRUE(
-        same_weight_outputs(dev.run(scaling, rule, true, true, poison, label), want, shape, label));
+        same_weight_outputs(dev.run(scaling, mode, true, true, poison, label), want, shape, label));
   }
 }
 
 std::string weight_name(const ::testing::TestParamInfo<WeightParam>& info) {
-  const auto& [dtype, scaling, rule, shape, dist] = info.param;
+  const auto& [dtype, scaling, mode, shape, dist] = info.param;
   return std::string(to_string(dtype)) + "_" +
-         (scaling == WeightScaling::k32x32 ? "t32x32" : "b1x32") + "_" + rounding_name(rule) + "_" +
-         weight_shape_name(shape) + "_" + wdist_name(dist);
+         (scaling == WeightScaling::k32x32 ? "t32x32" : "b1x32") + "_" + scaling_mode_name(mode) +
+         "_" + weight_shape_name(shape) + "_" + wdist_name(dist);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, GpuWeight,
                          ::testing::Combine(::testing::ValuesIn(kWeightDtypes),
                                             ::testing::ValuesIn(kWeightScalings),
-                                            ::testing::ValuesIn(kRules),
+                                            ::testing::ValuesIn(kModes),
                                             ::testing::ValuesIn(kGpuShapes),
                                             ::testing::ValuesIn(kWDists)),
                          weight_name);
@@ -178,21 +178,21 @@ TEST_P(GpuWeightAxes, SkippedAxesUntouched) {
   const WeightTensor w = make_weight(dtype, shape, WDist::kSpecial, seed);
   Stream stream;
   WeightDevice dev(w, stream.get());
-  for (const ScaleRounding rule : kRules) {
-    const WeightOutputs want = reference_weight(w, scaling, rule);
+  for (const ScalingMode mode : kModes) {
+    const WeightOutputs want = reference_weight(w, scaling, mode);
     for (const auto& [rowwise, colwise] :
          {std::pair<bool, bool>{true, true}, {true, false}, {false, true}, {false, false}}) {
-      const std::string label = std::string(rounding_name(rule)) + (rowwise ? " rowwise" : "") +
+      const std::string label = std::string(scaling_mode_name(mode)) + (rowwise ? " rowwise" : "") +
                                 (colwise ? " colwise" : "") +
                                 (!rowwise && !colwise ? " neither" : "");
       for (const uint8_t poison : {kPoison, kPoisonB}) {
         if (!rowwise && !colwise) {  // nothing to compute: refused, nothing written
           dev.poison(poison);
-          EXPECT_THROW(quantize_weight(dev.params(scaling, rule, false, false)), Error) << label;
+          EXPECT_THROW(quantize_weight(dev.params(scaling, mode, false, false)), Error) << label;
           dev.expect_untouched(poison);
           continue;
         }
-        const WeightOutputs got = dev.run(scaling, rule, rowwise, colwise, poison, label);
+        const WeightOutputs got = dev.run(scaling, mode, rowwise, colwise, poison, label);
         EXPECT_TRUE(same_weight_outputs(got, only_axes(want, rowwise, colwise), shape, label));
       }
     }
@@ -221,19 +221,18 @@ TEST_P(GpuWeightDeterminism, RepeatedLaunchesIdentical) {
   const auto [dtype, scaling] = GetParam();
   const WeightShape shape{3, 416, 2880};
   const WeightTensor w = make_weight(dtype, shape, WDist::kSpecial, test_seed());
-  const WeightOutputs want = reference_weight(w, scaling, ScaleRounding::kRceil);
+  const WeightOutputs want = reference_weight(w, scaling, ScalingMode::kRceil);
   Stream a, b(false);
   WeightDevice dev_a(w, a.get()), dev_b(w, b.get());
   const WeightOutputs first =
-      dev_a.run(scaling, ScaleRounding::kRceil, true, true, kPoison, "first run");
+      dev_a.run(scaling, ScalingMode::kRceil, true, true, kPoison, "first run");
   EXPECT_TRUE(same_weight_outputs(first, want, shape, "first run"));
   const uint8_t poisons[] = {kPoisonB, 0x00, 0xFF};
   for (int i = 0; i < 3; ++i) {
     const WeightDevice& dev = i % 2 ? dev_b : dev_a;
     const std::string label = "run " + std::to_string(i + 2);
-    EXPECT_TRUE(
-        same_weight_outputs(dev.run(scaling, ScaleRounding::kRceil, true, true, poisons[i], label),
-                            first, shape, label));
+    EXPECT_TRUE(same_weight_outputs(
+        dev.run(scaling, ScalingMode::kRceil, true, true, poisons[i], label), first, shape, label));
   }
 }
 
@@ -262,7 +261,7 @@ struct WeightBadCase {
 void PrintTo(const WeightBadCase& c, std::ostream* os) { *os << c.name; }
 
 // Pointers are not queried for their residency (docs/numerics.md §9), so every case here breaks
-// a rule validation sees; a host pointer would reach the kernel.
+// a check validation makes; a host pointer would reach the kernel.
 std::vector<WeightBadCase> weight_bad_cases() {
   const std::string half = ": set both or neither (a null pair skips that axis)";
   return {
@@ -286,8 +285,9 @@ std::vector<WeightBadCase> weight_bad_cases() {
        "dtype must be DType::kBFloat16, kFloat16 or kFloat32, got 3"},
       {"scaling_7", [](QuantizeWeightParams& p) { p.scaling = static_cast<WeightScaling>(7); },
        "scaling must be WeightScaling::k1x32 or k32x32, got 7"},
-      {"rounding_2", [](QuantizeWeightParams& p) { p.rounding = static_cast<ScaleRounding>(2); },
-       "rounding must be ScaleRounding::kRceil or kFloor, got 2"},
+      {"scaling_mode_2",
+       [](QuantizeWeightParams& p) { p.scaling_mode = static_cast<ScalingMode>(2); },
+       "scaling_mode must be ScalingMode::kRceil or kFloor, got 2"},
   };
 }
 
@@ -299,7 +299,7 @@ TEST_P(GpuWeightBadInput, ThrowsBeforeWriting) {
   const WeightTensor w = make_weight(DType::kFloat32, shape, WDist::kNormal, 7);
   Stream stream;
   WeightDevice dev(w, stream.get());
-  QuantizeWeightParams p = dev.params(WeightScaling::k32x32, ScaleRounding::kRceil);
+  QuantizeWeightParams p = dev.params(WeightScaling::k32x32, ScalingMode::kRceil);
   c.edit(p);
   dev.poison(kPoison);
   MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
@@ -359,7 +359,7 @@ TEST_P(GpuWeightLarge, BeyondTwoToThe31Elements) {
   Stream stream;
   WeightDevice dev(w, stream.get());
   dev.poison(kPoison);
-  quantize_weight(dev.params(scaling, ScaleRounding::kRceil));
+  quantize_weight(dev.params(scaling, ScalingMode::kRceil));
   MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
   MXQ_TEST_CUDA(cudaGetLastError());
   for (const GuardedBuffer* b : {&dev.q_row(), &dev.s_row(), &dev.q_col(), &dev.s_col()}) {
@@ -372,7 +372,7 @@ TEST_P(GpuWeightLarge, BeyondTwoToThe31Elements) {
     WeightTensor slice(DType::kBFloat16, {1, rows, K});
     std::memcpy(slice.bytes.data(), w.bytes.data() + size_t(w.index(g, n0, 0)) * 2,
                 slice.bytes.size());
-    const WeightOutputs want = reference_weight(slice, scaling, ScaleRounding::kRceil);
+    const WeightOutputs want = reference_weight(slice, scaling, ScalingMode::kRceil);
     // q_row rows: contiguous; s_row: the slice's scales are one 128-row atom row of the expert.
     std::vector<uint8_t> q_row(size_t(rows * K));
     MXQ_TEST_CUDA(cudaMemcpy(q_row.data(), dev.q_row().data() + (g * N + n0) * K, q_row.size(),
@@ -490,7 +490,7 @@ TEST_F(GpuWeightBandwidth, IssueShapes) {
       // Expert 0 of the last run's set against the reference.
       MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
       const size_t last = size_t(19 % sets);  // the last timed call
-      const WeightOutputs want = reference_weight(w, scaling, ScaleRounding::kRceil);
+      const WeightOutputs want = reference_weight(w, scaling, ScalingMode::kRceil);
       WeightOutputs got;
       got.q_row.resize(want.q_row.size());
       got.s_row.resize(want.s_row.size());

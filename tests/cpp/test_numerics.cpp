@@ -319,33 +319,33 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(ScaleRules, RceilCutoff) {  // §3.1: the smallest amax with a non-zero scale
-  EXPECT_EQ(e8m0_from_amax_bf16(0x045F, ScaleRounding::kRceil), 0);
-  EXPECT_EQ(e8m0_from_amax_bf16(0x0460, ScaleRounding::kRceil), 0);  // 448 * 2^-127
-  EXPECT_EQ(e8m0_from_amax_bf16(0x0461, ScaleRounding::kRceil), 1);
-  EXPECT_EQ(e8m0_from_amax(f32(0x04600000), ScaleRounding::kRceil), 0);
-  EXPECT_EQ(e8m0_from_amax(f32(0x04600001), ScaleRounding::kRceil), 0);
-  EXPECT_EQ(e8m0_from_amax(f32(0x04600002), ScaleRounding::kRceil), 1);
+  EXPECT_EQ(e8m0_from_amax_bf16(0x045F, ScalingMode::kRceil), 0);
+  EXPECT_EQ(e8m0_from_amax_bf16(0x0460, ScalingMode::kRceil), 0);  // 448 * 2^-127
+  EXPECT_EQ(e8m0_from_amax_bf16(0x0461, ScalingMode::kRceil), 1);
+  EXPECT_EQ(e8m0_from_amax(f32(0x04600000), ScalingMode::kRceil), 0);
+  EXPECT_EQ(e8m0_from_amax(f32(0x04600001), ScalingMode::kRceil), 0);
+  EXPECT_EQ(e8m0_from_amax(f32(0x04600002), ScalingMode::kRceil), 1);
 }
 
 // §3.2: the one fp32 amax where torchao's exponent form differs.
 TEST(ScaleRules, FloorMultiplyForm) {
-  EXPECT_EQ(e8m0_from_amax(f32(0x047FFFFF), ScaleRounding::kFloor), 1);
-  EXPECT_EQ(e8m0_from_amax(f32(0x047FFFFE), ScaleRounding::kFloor), 0);
-  EXPECT_EQ(e8m0_from_amax(f32(0x04800000), ScaleRounding::kFloor), 1);
+  EXPECT_EQ(e8m0_from_amax(f32(0x047FFFFF), ScalingMode::kFloor), 1);
+  EXPECT_EQ(e8m0_from_amax(f32(0x047FFFFE), ScalingMode::kFloor), 0);
+  EXPECT_EQ(e8m0_from_amax(f32(0x04800000), ScalingMode::kFloor), 1);
 }
 
 TEST(ScaleRules, Fp32InputRows) {  // §4, the two rows that change with fp32 input
   const float a = f32(0x40600001);
-  const uint8_t s_rceil = e8m0_from_amax(a, ScaleRounding::kRceil);
+  const uint8_t s_rceil = e8m0_from_amax(a, ScalingMode::kRceil);
   EXPECT_EQ(s_rceil, 121);
   EXPECT_EQ(e4m3_from_f32(mul_rn(a, e8m0_reciprocal(s_rceil))), 0x76);
   const float b = f32(0x43FFFFFF);
-  const uint8_t s_floor = e8m0_from_amax(b, ScaleRounding::kFloor);
+  const uint8_t s_floor = e8m0_from_amax(b, ScalingMode::kFloor);
   EXPECT_EQ(s_floor, 127);
   EXPECT_EQ(e4m3_from_f32(mul_rn(b, e8m0_reciprocal(s_floor))), 0x7E);
 }
 
-// Every fp32 pattern of d through both rounding rules (§3). The sign of d is ignored (d = amax * C
+// Every fp32 pattern of d through both scaling modes (§3). The sign of d is ignored (d = amax * C
 // is never negative); the negative patterns are swept too.
 TEST(Exhaustive, ScaleFromDAllFp32) {
   const Runs rceil = scale_runs([](uint32_t d, int s) { return rceil_reaches(f32(d), s); });
@@ -369,10 +369,10 @@ TEST(Exhaustive, ScaleFromAmaxAllFp32) {
   const Runs floor =
       scale_runs([](uint32_t a, int s) { return floor_reaches(product(f32(a), 1.0 / 256), s); });
   EXPECT_TRUE(no_mismatch(
-      sweep_runs(rceil, [](uint32_t i) { return e8m0_from_amax(f32(i), ScaleRounding::kRceil); }),
+      sweep_runs(rceil, [](uint32_t i) { return e8m0_from_amax(f32(i), ScalingMode::kRceil); }),
       "RCEIL"));
   EXPECT_TRUE(no_mismatch(
-      sweep_runs(floor, [](uint32_t i) { return e8m0_from_amax(f32(i), ScaleRounding::kFloor); }),
+      sweep_runs(floor, [](uint32_t i) { return e8m0_from_amax(f32(i), ScalingMode::kFloor); }),
       "FLOOR"));
   // §3.2: torchao's exponent form max(exponent(amax) - 8, 0) agrees everywhere but at 0x047FFFFF.
   Runs exponent_form{{0}, {0}, uint64_t(1) << 31};
@@ -380,8 +380,8 @@ TEST(Exhaustive, ScaleFromAmaxAllFp32) {
     exponent_form.start.push_back(e << 23);
     exponent_form.value.push_back(e == 0xFF ? 255 : int32_t(e) - 8);
   }
-  const auto r = sweep_runs(
-      exponent_form, [](uint32_t i) { return e8m0_from_amax(f32(i), ScaleRounding::kFloor); });
+  const auto r = sweep_runs(exponent_form,
+                            [](uint32_t i) { return e8m0_from_amax(f32(i), ScalingMode::kFloor); });
   EXPECT_EQ(r.mismatches, 1u);
   EXPECT_EQ(r.first, 0x047FFFFFu);
   EXPECT_EQ(r.got, 1);

@@ -15,18 +15,18 @@ using Bytes = std::vector<uint8_t>;
 using Offs = std::optional<std::vector<int32_t>>;
 constexpr uint8_t kPoison2 = 0x5A;
 
-std::string rule_name(ScaleRounding rule) { return to_string(rule); }
+std::string mode_name(ScalingMode mode) { return to_string(mode); }
 
 // ---- test-side oracle: §2 with float arithmetic and plain loops ----
 // The scalar rules it calls are verified exhaustively in test_numerics.cpp.
 
-uint8_t naive_block(const float* v, ScaleRounding rule, uint8_t* q) {
+uint8_t naive_block(const float* v, ScalingMode mode, uint8_t* q) {
   float amax = 0.0f;
   for (int i = 0; i < kBlock; ++i) {
     const float a = std::fabs(v[i]);
     amax = std::isnan(amax) || std::isnan(a) ? NAN : std::max(amax, a);
   }
-  const uint8_t s = e8m0_from_amax(amax, rule);
+  const uint8_t s = e8m0_from_amax(amax, mode);
   for (int i = 0; i < kBlock; ++i) q[i] = e4m3_from_f32(mul_rn(v[i], e8m0_reciprocal(s)));
   return s;
 }
@@ -36,7 +36,7 @@ struct Plain {  // data (rows, cols) and plain scales (rows, cols/32) of 1x32 bl
 };
 
 // Quantizes a (rows, cols) bf16 matrix along its rows.
-Plain naive_rows(const std::vector<uint16_t>& x, int64_t rows, int64_t cols, ScaleRounding rule) {
+Plain naive_rows(const std::vector<uint16_t>& x, int64_t rows, int64_t cols, ScalingMode mode) {
   Plain out{Bytes(x.size()), Bytes(static_cast<size_t>(rows * cols / kBlock))};
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t j = 0; j < cols / kBlock; ++j) {
@@ -45,7 +45,7 @@ Plain naive_rows(const std::vector<uint16_t>& x, int64_t rows, int64_t cols, Sca
         v[i] = bf16_to_f32(x[static_cast<size_t>(r * cols + j * kBlock + i)]);
       }
       out.s[static_cast<size_t>(r * (cols / kBlock) + j)] =
-          naive_block(v, rule, &out.q[static_cast<size_t>(r * cols + j * kBlock)]);
+          naive_block(v, mode, &out.q[static_cast<size_t>(r * cols + j * kBlock)]);
     }
   }
   return out;
@@ -66,7 +66,7 @@ std::vector<T> transpose(const std::vector<T>& a, int64_t rows, int64_t cols) {
 
 struct Problem {
   int64_t M = 0, K = 0;
-  ScaleRounding rule = ScaleRounding::kRceil;
+  ScalingMode mode = ScalingMode::kRceil;
   std::vector<uint16_t> x;
   Offs offs;  // grouped mode when set
   int64_t groups() const { return offs ? int64_t(offs->size()) : 0; }
@@ -107,7 +107,7 @@ Outputs run_quantize(const Problem& p, Axes axes, uint8_t poison = kPoison,
   params.x = p.x.data();
   params.M = p.M;
   params.K = p.K;
-  params.rounding = p.rule;
+  params.scaling_mode = p.mode;
   params.offs = p.offs_ptr();
   params.num_groups = p.groups();
   params.status = status;
@@ -226,30 +226,30 @@ const std::vector<SpecRow>& spec_rows() {  // docs/numerics.md §4
   return rows;
 }
 
-class SpecTable : public ::testing::TestWithParam<std::tuple<size_t, ScaleRounding>> {
+class SpecTable : public ::testing::TestWithParam<std::tuple<size_t, ScalingMode>> {
  protected:
   const SpecRow& row() const { return spec_rows()[std::get<0>(GetParam())]; }
-  ScaleRounding rule() const { return std::get<1>(GetParam()); }
-  uint8_t want_s() const { return rule() == ScaleRounding::kRceil ? row().s_rceil : row().s_floor; }
+  ScalingMode mode() const { return std::get<1>(GetParam()); }
+  uint8_t want_s() const { return mode() == ScalingMode::kRceil ? row().s_rceil : row().s_floor; }
   const Bytes& want_q() const {
-    return rule() == ScaleRounding::kRceil ? row().q_rceil : row().q_floor;
+    return mode() == ScalingMode::kRceil ? row().q_rceil : row().q_floor;
   }
 };
 
 TEST_P(SpecTable, QuantizeBlock) {
   Bytes q(kBlock);
-  EXPECT_EQ(int(quantize_block(row().block.data(), 1, rule(), q.data())), int(want_s()));
+  EXPECT_EQ(int(quantize_block(row().block.data(), 1, mode(), q.data())), int(want_s()));
   EXPECT_TRUE(bytes_equal(q, want_q(), kBlock, "q"));
   std::vector<uint16_t> strided(kBlock * 3, 0x4000);  // the block at stride 3, as colwise reads it
   for (int i = 0; i < kBlock; ++i) strided[i * 3] = row().block[i];
-  EXPECT_EQ(int(quantize_block(strided.data(), 3, rule(), q.data())), int(want_s()));
+  EXPECT_EQ(int(quantize_block(strided.data(), 3, mode(), q.data())), int(want_s()));
   EXPECT_TRUE(bytes_equal(q, want_q(), kBlock, "q (strided)"));
 }
 
 // The block planted in a random (64, 64) x along row 5 (cols 32..63) and down column 7 (rows
 // 32..63); the two placements do not overlap.
 TEST_P(SpecTable, ReferenceOps) {
-  Problem p{64, 64, rule(), make_input(64, 64, Dist::kNormal, 100 + std::get<0>(GetParam()))};
+  Problem p{64, 64, mode(), make_input(64, 64, Dist::kNormal, 100 + std::get<0>(GetParam()))};
   for (int i = 0; i < kBlock; ++i) {
     p.x[static_cast<size_t>(5 * 64 + 32 + i)] = row().block[i];
     p.x[static_cast<size_t>((32 + i) * 64 + 7)] = row().block[i];
@@ -268,33 +268,33 @@ TEST_P(SpecTable, ReferenceOps) {
 
 INSTANTIATE_TEST_SUITE_P(Rows, SpecTable,
                          ::testing::Combine(::testing::Range<size_t>(0, spec_rows().size()),
-                                            ::testing::Values(ScaleRounding::kRceil,
-                                                              ScaleRounding::kFloor)),
+                                            ::testing::Values(ScalingMode::kRceil,
+                                                              ScalingMode::kFloor)),
                          [](const auto& info) {
                            return std::string(spec_rows()[std::get<0>(info.param)].name) + "_" +
-                                  rule_name(std::get<1>(info.param));
+                                  mode_name(std::get<1>(info.param));
                          });
 
-// ---- dense mode: shapes x input families x rules ----
+// ---- dense mode: shapes x input families x scaling modes ----
 
-using DenseParam = std::tuple<std::pair<int64_t, int64_t>, Dist, ScaleRounding>;
+using DenseParam = std::tuple<std::pair<int64_t, int64_t>, Dist, ScalingMode>;
 
 class ReferenceDense : public ::testing::TestWithParam<DenseParam> {
  protected:
   Problem problem() const {
-    const auto [shape, dist, rule] = GetParam();
+    const auto [shape, dist, mode] = GetParam();
     const uint64_t seed =
-        uint64_t(shape.first * 7919 + shape.second * 31 + int(dist) * 3 + int(rule));
-    return Problem{shape.first, shape.second, rule,
+        uint64_t(shape.first * 7919 + shape.second * 31 + int(dist) * 3 + int(mode));
+    return Problem{shape.first, shape.second, mode,
                    make_input(shape.first, shape.second, dist, seed)};
   }
 };
 
 TEST_P(ReferenceDense, MatchesNaiveOracle) {  // §2 and §5.2, padding included
   const Problem p = problem();
-  const Plain rows = naive_rows(p.x, p.M, p.K, p.rule);
+  const Plain rows = naive_rows(p.x, p.M, p.K, p.mode);
   // Column k of x is row k of x^T.
-  const Plain cols = naive_rows(transpose(p.x, p.M, p.K), p.K, p.M, p.rule);
+  const Plain cols = naive_rows(transpose(p.x, p.M, p.K), p.K, p.M, p.mode);
   Outputs want;
   want.q_row = rows.q;
   want.s_row = to_blocked(rows.s, p.M, p.K / kBlock);
@@ -306,7 +306,7 @@ TEST_P(ReferenceDense, MatchesNaiveOracle) {  // §2 and §5.2, padding included
 
 TEST_P(ReferenceDense, ColwiseIsRowwiseOfTranspose) {  // §5.1
   const Problem p = problem();
-  const Problem t{p.K, p.M, p.rule, transpose(p.x, p.M, p.K)};
+  const Problem t{p.K, p.M, p.mode, transpose(p.x, p.M, p.K)};
   const Outputs col = run_colwise(p);
   const Outputs row_of_t = run_rowwise(t);
   EXPECT_TRUE(bytes_equal(col.q_col, row_of_t.q_row, p.M, "q_col(x) vs q_row(x^T)"));
@@ -334,11 +334,11 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::make_pair(160, 288), std::make_pair(544, 96),
                                          std::make_pair(256, 1024), std::make_pair(1056, 224)),
                        ::testing::Values(Dist::kNormal, Dist::kWide, Dist::kSpecial),
-                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
+                       ::testing::Values(ScalingMode::kRceil, ScalingMode::kFloor)),
     [](const auto& info) {
       const auto& shape = std::get<0>(info.param);
       return "M" + std::to_string(shape.first) + "_K" + std::to_string(shape.second) + "_" +
-             dist_name(std::get<1>(info.param)) + "_" + rule_name(std::get<2>(info.param));
+             dist_name(std::get<1>(info.param)) + "_" + mode_name(std::get<2>(info.param));
     });
 
 // ---- grouped mode (§6): 128- and 32-aligned groups, empty groups, an uncovered tail ----
@@ -359,12 +359,12 @@ std::vector<int32_t> random_offs(int64_t M, int G, uint64_t seed, int64_t align 
   return offs;
 }
 
-class ReferenceGrouped : public ::testing::TestWithParam<std::tuple<GroupedCase, ScaleRounding>> {
+class ReferenceGrouped : public ::testing::TestWithParam<std::tuple<GroupedCase, ScalingMode>> {
  protected:
   Problem problem(bool grouped = true) const {
-    const auto& [c, rule] = GetParam();
-    Problem p{c.M, c.K, rule,
-              make_input(c.M, c.K, Dist::kSpecial, uint64_t(c.M * 3 + c.K + int(rule)))};
+    const auto& [c, mode] = GetParam();
+    Problem p{c.M, c.K, mode,
+              make_input(c.M, c.K, Dist::kSpecial, uint64_t(c.M * 3 + c.K + int(mode)))};
     if (grouped) p.offs = c.offs;
     return p;
   }
@@ -385,7 +385,7 @@ TEST_P(ReferenceGrouped, DataAsDense) {  // §6: q_row and q_col are the dense b
 // §6: the M-groups layout (each group, then the tail, blocked on its own), the slack zero.
 TEST_P(ReferenceGrouped, RowScalesAreMGroups) {
   const Problem p = problem();
-  const Plain rows = naive_rows(p.x, p.M, p.K, p.rule);
+  const Plain rows = naive_rows(p.x, p.M, p.K, p.mode);
   const Bytes want = to_mgroups(rows.s, p.M, p.K, *p.offs);
   const int64_t width = s_row_shape(p.M, p.K, p.groups()).cols;
   EXPECT_TRUE(bytes_equal(run_fused(p).s_row, want, width, "both axes: s_row"));
@@ -395,7 +395,7 @@ TEST_P(ReferenceGrouped, RowScalesAreMGroups) {
 // §6: the K-groups layout, the tail's scales zeroed, the slack zero.
 TEST_P(ReferenceGrouped, ColScalesAreTorchaoKGroups) {
   const Problem p = problem();
-  const Plain cols = naive_rows(transpose(p.x, p.M, p.K), p.K, p.M, p.rule);
+  const Plain cols = naive_rows(transpose(p.x, p.M, p.K), p.K, p.M, p.mode);
   const Bytes want = to_kgroups(cols.s, p.M, p.K, *p.offs);
   const int64_t width = s_col_shape(p.M, p.K, p.groups()).cols;
   EXPECT_TRUE(bytes_equal(run_fused(p).s_col, want, width, "both axes: s_col"));
@@ -438,15 +438,15 @@ INSTANTIATE_TEST_SUITE_P(
                           GroupedCase{"g5_32_aligned", 640, 160, {32, 32, 96, 416, 608}},
                           GroupedCase{"g8_random32", 2048, 96, random_offs(2048, 8, 3, 32)},
                           GroupedCase{"g64_random32", 4096, 64, random_offs(4096, 64, 4, 32)}),
-        ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
+        ::testing::Values(ScalingMode::kRceil, ScalingMode::kFloor)),
     [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + rule_name(std::get<1>(info.param));
+      return std::string(std::get<0>(info.param).name) + "_" + mode_name(std::get<1>(info.param));
     });
 
 // M = 0: every group is empty, s_row and s_col are all padding and slack and still written, and so
 // is the status word.
 TEST(ReferenceGroupedEmpty, NoTokens) {
-  Problem p{0, 256, ScaleRounding::kRceil, {}, std::vector<int32_t>{0, 0}};
+  Problem p{0, 256, ScalingMode::kRceil, {}, std::vector<int32_t>{0, 0}};
   for (Axes axes : {Axes::kRowwise, Axes::kColwise, Axes::kBoth}) {
     int32_t status = 0x5A5A5A5A;
     const Outputs o = run_quantize(p, axes, kPoison, &status);
@@ -560,7 +560,7 @@ TEST(Dequantize, MGroupsDefinition) {
   EXPECT_TRUE(bf16_equal(out, want, cols));
 }
 
-class DequantizeRoundTrip : public ::testing::TestWithParam<std::tuple<Dist, ScaleRounding>> {};
+class DequantizeRoundTrip : public ::testing::TestWithParam<std::tuple<Dist, ScalingMode>> {};
 
 // |dequantize(quantize(x)) - x| within half an e4m3 step at the block's scale (FLOOR: plus the
 // saturation of (448, 512)), plus half a bf16 subnormal step for the final rounding. §8.
@@ -587,13 +587,13 @@ class DequantizeRoundTrip : public ::testing::TestWithParam<std::tuple<Dist, Sca
 }
 
 TEST_P(DequantizeRoundTrip, WithinBlockError) {
-  const auto [dist, rule] = GetParam();
+  const auto [dist, mode] = GetParam();
   const int64_t M = 512, K = 256;
-  Problem p{M, K, rule, make_input(M, K, dist, 77 + int(dist)), std::vector<int32_t>{128, 384}};
+  Problem p{M, K, mode, make_input(M, K, dist, 77 + int(dist)), std::vector<int32_t>{128, 384}};
   Outputs o = run_fused(p);
-  o.s_row = run_rowwise(Problem{M, K, rule, p.x}).s_row;  // dense blocked, for dense dequantize
-  const Plain rows = naive_rows(p.x, M, K, rule);
-  const Plain cols = naive_rows(transpose(p.x, M, K), K, M, rule);
+  o.s_row = run_rowwise(Problem{M, K, mode, p.x}).s_row;  // dense blocked, for dense dequantize
+  const Plain rows = naive_rows(p.x, M, K, mode);
+  const Plain cols = naive_rows(transpose(p.x, M, K), K, M, mode);
   EXPECT_TRUE(within_block_error(p.x, rows.s, run_dequantize(o.q_row, o.s_row, M, K), M, K))
       << "rowwise";
   const std::vector<uint16_t> xt = transpose(p.x, M, K);
@@ -611,14 +611,14 @@ TEST_P(DequantizeRoundTrip, WithinBlockError) {
 INSTANTIATE_TEST_SUITE_P(
     Inputs, DequantizeRoundTrip,
     ::testing::Combine(::testing::Values(Dist::kNormal, Dist::kUniform, Dist::kWide),
-                       ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor)),
+                       ::testing::Values(ScalingMode::kRceil, ScalingMode::kFloor)),
     [](const auto& info) {
       return std::string(dist_name(std::get<0>(info.param))) + "_" +
-             rule_name(std::get<1>(info.param));
+             mode_name(std::get<1>(info.param));
     });
 
 // §8: blocks of e4m3 values times one power of two, each holding +-448 times it, round-trip
-// exactly (both rules pick that power of two as the scale).
+// exactly (both scaling modes pick that power of two as the scale).
 std::vector<uint16_t> representable_rows(int64_t rows, int64_t cols, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<uint16_t> x(size_t(rows * cols));
@@ -634,23 +634,23 @@ std::vector<uint16_t> representable_rows(int64_t rows, int64_t cols, uint64_t se
   return x;
 }
 
-class DequantizeExact : public ::testing::TestWithParam<ScaleRounding> {};
+class DequantizeExact : public ::testing::TestWithParam<ScalingMode> {};
 
 TEST_P(DequantizeExact, RepresentableBlocks) {
-  const ScaleRounding rule = GetParam();
+  const ScalingMode mode = GetParam();
   const int64_t M = 256, K = 128;
-  const Problem row_problem{M, K, rule, representable_rows(M, K, 5)};
+  const Problem row_problem{M, K, mode, representable_rows(M, K, 5)};
   const Outputs r = run_fused(row_problem);
   EXPECT_EQ(run_dequantize(r.q_row, r.s_row, M, K), row_problem.x);
   const std::vector<uint16_t> e = representable_rows(K, M, 6);  // x = e^T: colwise blocks = rows
-  const Problem col_problem{M, K, rule, transpose(e, K, M)};
+  const Problem col_problem{M, K, mode, transpose(e, K, M)};
   const Outputs c = run_fused(col_problem);
   EXPECT_EQ(run_dequantize(c.q_col, c.s_col, K, M), e);
 }
 
 INSTANTIATE_TEST_SUITE_P(Rules, DequantizeExact,
-                         ::testing::Values(ScaleRounding::kRceil, ScaleRounding::kFloor),
-                         [](const auto& info) { return rule_name(info.param); });
+                         ::testing::Values(ScalingMode::kRceil, ScalingMode::kFloor),
+                         [](const auto& info) { return mode_name(info.param); });
 
 }  // namespace
 }  // namespace mxq::test

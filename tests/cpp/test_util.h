@@ -215,5 +215,5 @@ inline void set_colwise_dequant_layout(DequantizeParams& p) {
 }  // namespace mxq::test
 
 namespace mxq {
-inline void PrintTo(ScaleRounding rule, std::ostream* os) { *os << to_string(rule); }
+inline void PrintTo(ScalingMode mode, std::ostream* os) { *os << to_string(mode); }
 }  // namespace mxq

@@ -6,12 +6,12 @@
 // before the device (they run here without one, on host buffers that are never touched), and for
 // refusing cleanly in a build without CUDA. The rules of the one params struct: a null data/scale
 // pair skips that axis, half a pair is refused naming both, no axis at all is "nothing to compute",
-// a status word needs offs, the composed path needs both axes, the benchmark's probe
-// (mxq::bench::quantize_probe) needs both axes, dense, bf16.
+// a status word needs offs, the composed path needs both axes.
 #include <functional>
 #include <regex>
 #include <utility>
 
+#include "../../src/host/testing.h"
 #include "test_util.h"
 
 namespace mxq::test {
@@ -83,15 +83,15 @@ TEST(DTypeNames, AreTheCommandLineNames) {
   EXPECT_STREQ(to_string(DType::kFloat32), "fp32");
 }
 
-TEST(ParseScaleRounding, AcceptsExactlyTheTwoNames) {
-  EXPECT_EQ(parse_scale_rounding("rceil"), ScaleRounding::kRceil);
-  EXPECT_EQ(parse_scale_rounding("floor"), ScaleRounding::kFloor);
-  EXPECT_STREQ(to_string(ScaleRounding::kRceil), "rceil");
-  EXPECT_STREQ(to_string(ScaleRounding::kFloor), "floor");
+TEST(ParseScalingMode, AcceptsExactlyTheTwoNames) {
+  EXPECT_EQ(parse_scaling_mode("rceil"), ScalingMode::kRceil);
+  EXPECT_EQ(parse_scaling_mode("floor"), ScalingMode::kFloor);
+  EXPECT_STREQ(to_string(ScalingMode::kRceil), "rceil");
+  EXPECT_STREQ(to_string(ScalingMode::kFloor), "floor");
   for (const std::string bad :
        {"RCEIL", "Floor", "rceil ", " floor", "", "ceil", "even", "rne", "floor\n"}) {
     try {
-      parse_scale_rounding(bad);
+      parse_scaling_mode(bad);
       ADD_FAILURE() << "accepted \"" << bad << "\"";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
@@ -99,7 +99,7 @@ TEST(ParseScaleRounding, AcceptsExactlyTheTwoNames) {
       const std::string message =
           "scaling_mode must be \"rceil\" or \"floor\", got \"" + bad + "\"";
       EXPECT_EQ(e.message(), message);
-      EXPECT_EQ(std::string(e.what()), "mxq::parse_scale_rounding: " + message);
+      EXPECT_EQ(std::string(e.what()), "mxq::parse_scaling_mode: " + message);
     }
   }
 }
@@ -347,11 +347,13 @@ const std::vector<BadCase> kBadCases = {
      pair_message("q_row", "s_row", true, false)},
     {"nothing_to_compute", both([](auto& p) { p.q_row = p.s_row = p.q_col = p.s_col = nullptr; }),
      kRefQuantize, kNothing},
-    // the rounding rule
-    {"rowwise_rounding_7", rowwise([](auto& p) { p.rounding = static_cast<ScaleRounding>(7); }),
-     kRefQuantize, exact("rounding must be ScaleRounding::kRceil or kFloor, got 7")},
-    {"both_rounding_minus1", both([](auto& p) { p.rounding = static_cast<ScaleRounding>(-1); }),
-     kRefQuantize, exact("rounding must be ScaleRounding::kRceil or kFloor, got -1")},
+    // the scaling mode
+    {"rowwise_scaling_mode_7",
+     rowwise([](auto& p) { p.scaling_mode = static_cast<ScalingMode>(7); }), kRefQuantize,
+     exact("scaling_mode must be ScalingMode::kRceil or kFloor, got 7")},
+    {"both_scaling_mode_minus1",
+     both([](auto& p) { p.scaling_mode = static_cast<ScalingMode>(-1); }), kRefQuantize,
+     exact("scaling_mode must be ScalingMode::kRceil or kFloor, got -1")},
     // groups and the status word
     {"both_groups_without_offs", both([](auto& p) { p.offs = nullptr; }), kRefQuantize,
      exact("num_groups must be 0 without offs, got 2")},
@@ -622,12 +624,10 @@ void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
 constexpr const char* kQuantize = "mxq::quantize";
 constexpr const char* kComposed = "mxq::quantize_composed";
 constexpr const char* kDequantize = "mxq::dequantize";
-constexpr const char* kProbe = "mxq::bench::quantize_probe";
 const std::string kM100 = exact("M must be a multiple of 32, got 100");
 const std::string kK136 = exact("K must be a multiple of 32, got 136");
 const auto kQuantizeOp = static_cast<void (*)(const QuantizeParams&)>(quantize);
 const auto kDequantizeOp = static_cast<void (*)(const DequantizeParams&)>(dequantize);
-const auto kProbeOp = static_cast<void (*)(const QuantizeParams&)>(bench::quantize_probe);
 
 const std::vector<GpuCase> kGpuCases = {
     {"rowwise_M_100", on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.M = 100; }), kQuantize,
@@ -672,10 +672,10 @@ const std::vector<GpuCase> kGpuCases = {
     {"dequantize_out_null",
      on_gpu(&GpuArgs::dequantize, kDequantizeOp, [](auto& p) { p.out = nullptr; }), kDequantize,
      exact("out is null")},
-    {"both_rounding_3",
+    {"both_scaling_mode_3",
      on_gpu(&GpuArgs::both, kQuantizeOp,
-            [](auto& p) { p.rounding = static_cast<ScaleRounding>(3); }),
-     kQuantize, exact("rounding must be ScaleRounding::kRceil or kFloor, got 3")},
+            [](auto& p) { p.scaling_mode = static_cast<ScalingMode>(3); }),
+     kQuantize, exact("scaling_mode must be ScalingMode::kRceil or kFloor, got 3")},
     // the params rules
     {"rowwise_half_colwise_pair",
      on_gpu(&GpuArgs::rowwise, kQuantizeOp, [](auto& p) { p.s_col = p.s_row; }), kQuantize,
@@ -724,14 +724,6 @@ const std::vector<GpuCase> kGpuCases = {
      exact("the composed path quantizes both axes: set q_row, s_row, q_col and s_col")},
     {"composed_workspace_null", on_composed([](auto&) {}, /*workspace=*/false), kComposed,
      exact("workspace is null (it needs composed_workspace_bytes(M, K) = 512 bytes)")},
-    // the benchmark's probe: the common checks, then its own (the fused dense bf16 call only)
-    {"probe_M_100", on_gpu(&GpuArgs::both, kProbeOp, [](auto& p) { p.M = 100; }), kProbe, kM100},
-    {"probe_rowwise_only", on_gpu(&GpuArgs::rowwise, kProbeOp, [](auto&) {}), kProbe,
-     exact("the probe moves the fused kernel's bytes: set q_row, s_row, q_col and s_col")},
-    {"probe_grouped", on_gpu(&GpuArgs::grouped, kProbeOp, [](auto&) {}), kProbe,
-     exact("the probe is dense only: offs must be null")},
-    {"probe_fp16", on_gpu(&GpuArgs::both, kProbeOp, [](auto& p) { p.dtype = DType::kFloat16; }),
-     kProbe, exact("the probe reads bf16 only (DType::kBFloat16), got dtype 1")},
 };
 
 class GpuValidation : public ::testing::TestWithParam<GpuCase> {};
@@ -775,15 +767,15 @@ TEST(GpuValidationBasics, ComposedEmptyShapesNeedNoBuffers) {
   EXPECT_NO_THROW(quantize_composed(p, nullptr));
 }
 
-// The benchmark's tile-height setting takes 0 (automatic), 64 and 128 and refuses anything else;
-// it needs no device.
+// The tests' tile-height setting (src/host/testing.h) takes 0 (automatic), 64 and 128 and refuses
+// anything else; it needs no device.
 TEST(GpuValidationBasics, ForceTileRowsTakesOnlyTheTileHeights) {
-  for (int rows : {0, 64, 128}) EXPECT_NO_THROW(bench::force_tile_rows(rows));
+  for (int rows : {0, 64, 128}) EXPECT_NO_THROW(detail::force_tile_rows(rows));
   for (int rows : {-64, 1, 32, 96, 256}) {
-    EXPECT_TRUE(throws_error([&] { bench::force_tile_rows(rows); }, "mxq::bench::force_tile_rows",
+    EXPECT_TRUE(throws_error([&] { detail::force_tile_rows(rows); }, "mxq::force_tile_rows",
                              exact("rows must be 0, 64 or 128, got " + std::to_string(rows))));
   }
-  bench::force_tile_rows(0);
+  detail::force_tile_rows(0);
 }
 
 #ifndef MXQ_WITH_CUDA
@@ -801,7 +793,6 @@ TEST(GpuValidationBasics, BuildWithoutCudaRefusesClearly) {
   EXPECT_TRUE(unsupported([&] { quantize(a.both()); }, kQuantize));
   EXPECT_TRUE(unsupported([&] { quantize(a.grouped()); }, kQuantize));
   EXPECT_TRUE(unsupported([&] { quantize_composed(a.both(), a.workspace.data()); }, kComposed));
-  EXPECT_TRUE(unsupported([&] { bench::quantize_probe(a.both()); }, kProbe));
   EXPECT_TRUE(unsupported([&] { dequantize(a.dequantize()); }, kDequantize));
   EXPECT_TRUE(
       unsupported([&] { validate_offs(a.offs.data(), 1, 128, nullptr); }, "mxq::validate_offs"));
@@ -835,7 +826,6 @@ TEST(GpuValidationBasics, NoDeviceRefusesCleanly) {
   const std::vector<std::pair<const char*, std::function<void()>>> calls = {
       {kQuantize, [&] { quantize(a.both()); }},
       {kComposed, [&] { quantize_composed(a.both(), a.workspace.data()); }},
-      {kProbe, [&] { bench::quantize_probe(a.both()); }},
       {kDequantize, [&] { dequantize(a.dequantize()); }},
       // An empty grouped dequantize still has its status word to write (as quantize's M = 0).
       {kDequantize, [&] { dequantize(a.empty_grouped_dequantize()); }},

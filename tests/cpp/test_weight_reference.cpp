@@ -1,8 +1,8 @@
 // The expert-weight reference (mxq::ref::quantize_weight) against docs/numerics.md §2-§4 and §11:
 //   WeightOracle       a test-side computation from the spec text (the formats decoded from their
 //                      fields, amax in double, the scale by frexp, torchao's blocked layout; only
-//                      the e4m3 rounding comes from numerics.h), every dtype x policy x rule x shape
-//                      x input family, partial 128-tiles included
+//                      the e4m3 rounding comes from numerics.h), every dtype x policy x scaling
+//                      mode x shape x input family, partial 128-tiles included
 //   WeightSpecialTiles hand-computed 32x32 tiles: §4 values as whole tiles, NaN / Inf inside a
 //                      tile, all-NaN, subnormal tiles, the fp32-only rows, for all three dtypes
 //   WeightProperties   32x32: q_col is the per-expert transpose of q_row and the scales agree; 1x32
@@ -56,16 +56,16 @@ double decode(DType d, uint32_t b) {
 
 // §3 from its text: d = fl32(amax * C); RCEIL: the smallest power of two >= d, FLOOR: the largest
 // <= d, as s - 127, clamped below at -127; NaN / Inf d, or RCEIL above 2^127, give 255.
-uint8_t spec_scale(float amax, ScaleRounding rule) {
+uint8_t spec_scale(float amax, ScalingMode mode) {
   float c;
   const uint32_t c_bits = 0x3B124925u;  // fp32 rounding of 1/448
   std::memcpy(&c, &c_bits, 4);
-  const float d = amax * (rule == ScaleRounding::kRceil ? c : std::ldexp(1.0f, -8));
+  const float d = amax * (mode == ScalingMode::kRceil ? c : std::ldexp(1.0f, -8));
   if (!std::isfinite(d)) return 255;
   if (d == 0) return 0;
   int e = 0;
   const double m = std::frexp(double(d), &e);  // d = m * 2^e, m in [0.5, 1)
-  const int p = rule == ScaleRounding::kRceil ? (m == 0.5 ? e - 1 : e) : e - 1;
+  const int p = mode == ScalingMode::kRceil ? (m == 0.5 ? e - 1 : e) : e - 1;
   if (p + 127 > 254) return 255;
   return uint8_t(std::max(p + 127, 0));
 }
@@ -86,7 +86,7 @@ float spec_amax(const std::vector<double>& v) {
   return float(m);
 }
 
-WeightOutputs oracle(const WeightTensor& w, WeightScaling scaling, ScaleRounding rule) {
+WeightOutputs oracle(const WeightTensor& w, WeightScaling scaling, ScalingMode mode) {
   const auto [G, N, K] = w.shape;
   WeightOutputs o;
   o.q_row.resize(size_t(G * N * K));
@@ -101,7 +101,7 @@ WeightOutputs oracle(const WeightTensor& w, WeightScaling scaling, ScaleRounding
         for (int64_t j = 0; j < K / 32; ++j) {
           std::vector<double> v;
           for (int e = 0; e < 32; ++e) v.push_back(value(g, n, 32 * j + e));
-          const uint8_t s = spec_scale(spec_amax(v), rule);
+          const uint8_t s = spec_scale(spec_amax(v), mode);
           s_row[size_t(n * (K / 32) + j)] = s;
           for (int e = 0; e < 32; ++e) {
             o.q_row[size_t((g * N + n) * K + 32 * j + e)] = spec_quantize(float(v[size_t(e)]), s);
@@ -112,7 +112,7 @@ WeightOutputs oracle(const WeightTensor& w, WeightScaling scaling, ScaleRounding
         for (int64_t i = 0; i < N / 32; ++i) {
           std::vector<double> v;
           for (int e = 0; e < 32; ++e) v.push_back(value(g, 32 * i + e, k));
-          const uint8_t s = spec_scale(spec_amax(v), rule);
+          const uint8_t s = spec_scale(spec_amax(v), mode);
           s_col[size_t(k * (N / 32) + i)] = s;
           for (int e = 0; e < 32; ++e) {
             o.q_col[size_t((g * K + k) * N + 32 * i + e)] = spec_quantize(float(v[size_t(e)]), s);
@@ -126,7 +126,7 @@ WeightOutputs oracle(const WeightTensor& w, WeightScaling scaling, ScaleRounding
           for (int i = 0; i < 32; ++i) {
             for (int e = 0; e < 32; ++e) v.push_back(value(g, 32 * b + i, 32 * c + e));
           }
-          const uint8_t s = spec_scale(spec_amax(v), rule);
+          const uint8_t s = spec_scale(spec_amax(v), mode);
           for (int i = 0; i < 32; ++i) {
             const int64_t n = 32 * b + i;
             s_row[size_t(n * (K / 32) + c)] = s;
@@ -149,7 +149,7 @@ WeightOutputs oracle(const WeightTensor& w, WeightScaling scaling, ScaleRounding
   return o;
 }
 
-// The decoder and scale rule of the oracle against the spec's own numbers.
+// The decoder and scaling modes of the oracle against the spec's own numbers.
 TEST(WeightOracleSelfCheck, DecodeAndScale) {
   EXPECT_EQ(decode(DType::kFloat16, 0x0001), std::ldexp(1.0, -24));
   EXPECT_EQ(decode(DType::kFloat16, 0x7BFF), 65504.0);
@@ -159,16 +159,16 @@ TEST(WeightOracleSelfCheck, DecodeAndScale) {
   EXPECT_EQ(decode(DType::kBFloat16, 0x0001), std::ldexp(1.0, -133));
   EXPECT_EQ(decode(DType::kBFloat16, 0x4060), 3.5);
   // §3.1 boundary table (d given, so amax = d / C is not exact: use amax values from §3 instead).
-  EXPECT_EQ(spec_scale(float(decode(DType::kBFloat16, 0x0460)), ScaleRounding::kRceil), 0);
-  EXPECT_EQ(spec_scale(float(decode(DType::kBFloat16, 0x0461)), ScaleRounding::kRceil), 1);
-  EXPECT_EQ(spec_scale(f32_from_bits(0x04600001), ScaleRounding::kRceil), 0);
-  EXPECT_EQ(spec_scale(f32_from_bits(0x04600002), ScaleRounding::kRceil), 1);
-  EXPECT_EQ(spec_scale(f32_from_bits(0x047FFFFF), ScaleRounding::kFloor), 1);  // §3.2
-  EXPECT_EQ(spec_scale(448.0f, ScaleRounding::kRceil), 127);
-  EXPECT_EQ(spec_scale(480.0f, ScaleRounding::kRceil), 128);
-  EXPECT_EQ(spec_scale(480.0f, ScaleRounding::kFloor), 127);
-  EXPECT_EQ(spec_scale(INFINITY, ScaleRounding::kFloor), 255);
-  EXPECT_EQ(spec_scale(NAN, ScaleRounding::kRceil), 255);
+  EXPECT_EQ(spec_scale(float(decode(DType::kBFloat16, 0x0460)), ScalingMode::kRceil), 0);
+  EXPECT_EQ(spec_scale(float(decode(DType::kBFloat16, 0x0461)), ScalingMode::kRceil), 1);
+  EXPECT_EQ(spec_scale(f32_from_bits(0x04600001), ScalingMode::kRceil), 0);
+  EXPECT_EQ(spec_scale(f32_from_bits(0x04600002), ScalingMode::kRceil), 1);
+  EXPECT_EQ(spec_scale(f32_from_bits(0x047FFFFF), ScalingMode::kFloor), 1);  // §3.2
+  EXPECT_EQ(spec_scale(448.0f, ScalingMode::kRceil), 127);
+  EXPECT_EQ(spec_scale(480.0f, ScalingMode::kRceil), 128);
+  EXPECT_EQ(spec_scale(480.0f, ScalingMode::kFloor), 127);
+  EXPECT_EQ(spec_scale(INFINITY, ScalingMode::kFloor), 255);
+  EXPECT_EQ(spec_scale(NAN, ScalingMode::kRceil), 255);
   // numerics.h's fp16 widening, exhaustively against the field decoder.
   for (uint32_t h = 0; h < 0x10000; ++h) {
     const double want = decode(DType::kFloat16, h);
@@ -187,29 +187,29 @@ TEST(WeightOracleSelfCheck, DecodeAndScale) {
 const WeightShape kOracleShapes[] = {{1, 32, 32},   {3, 96, 160},  {2, 160, 96},
                                      {1, 256, 128}, {2, 32, 2880}, {1, 2880, 64}};
 
-using OracleParam = std::tuple<DType, WeightScaling, ScaleRounding, WeightShape, WDist>;
+using OracleParam = std::tuple<DType, WeightScaling, ScalingMode, WeightShape, WDist>;
 class WeightOracle : public ::testing::TestWithParam<OracleParam> {};
 
 TEST_P(WeightOracle, ReferenceMatchesSpec) {
-  const auto [dtype, scaling, rule, shape, dist] = GetParam();
+  const auto [dtype, scaling, mode, shape, dist] = GetParam();
   const uint64_t seed = uint64_t(shape.G * 7919 + shape.N * 31 + shape.K) * 131 +
                         uint64_t(dtype_index(dtype)) * 17 + uint64_t(dist);
   const WeightTensor w = make_weight(dtype, shape, dist, seed);
-  EXPECT_TRUE(same_weight_outputs(reference_weight(w, scaling, rule), oracle(w, scaling, rule),
+  EXPECT_TRUE(same_weight_outputs(reference_weight(w, scaling, mode), oracle(w, scaling, mode),
                                   shape, "reference vs spec"));
 }
 
 std::string oracle_name(const ::testing::TestParamInfo<OracleParam>& info) {
-  const auto& [dtype, scaling, rule, shape, dist] = info.param;
+  const auto& [dtype, scaling, mode, shape, dist] = info.param;
   return std::string(to_string(dtype)) + "_" +
-         (scaling == WeightScaling::k32x32 ? "t32x32" : "b1x32") + "_" + to_string(rule) + "_" +
+         (scaling == WeightScaling::k32x32 ? "t32x32" : "b1x32") + "_" + to_string(mode) + "_" +
          weight_shape_name(shape) + "_" + wdist_name(dist);
 }
 
 INSTANTIATE_TEST_SUITE_P(Inputs, WeightOracle,
                          ::testing::Combine(::testing::ValuesIn(kWeightDtypes),
                                             ::testing::ValuesIn(kWeightScalings),
-                                            ::testing::ValuesIn(kRules),
+                                            ::testing::ValuesIn(kModes),
                                             ::testing::ValuesIn(kOracleShapes),
                                             ::testing::ValuesIn(kWDists)),
                          oracle_name);
@@ -217,8 +217,9 @@ INSTANTIATE_TEST_SUITE_P(Inputs, WeightOracle,
 // ---- WeightSpecialTiles: hand-computed 32x32 tiles ----
 
 // A tile of `fill` (with the sign flipped where (i + e) is odd when `alternate`), and `special`
-// at tile position (3, 17) when `has_special`. Expected: the scale per rule, the byte of the fill
-// value per rule (a negated fill gives that byte | 0x80), the byte of the special value.
+// at tile position (3, 17) when `has_special`. Expected: the scale per scaling mode, the byte of
+// the fill value per scaling mode (a negated fill gives that byte | 0x80), the byte of the special
+// value.
 struct TileCase {
   const char* name;
   DType dtype;
@@ -233,7 +234,7 @@ struct TileCase {
 void PrintTo(const TileCase& c, std::ostream* os) { *os << c.name; }
 constexpr int kSpecialI = 3, kSpecialE = 17;
 
-// Worked by hand from §2-§4 (each line: the tile, then scale and bytes per rule).
+// Worked by hand from §2-§4 (each line: the tile, then scale and bytes per scaling mode).
 const std::vector<TileCase>& tile_cases() {
   constexpr DType bf = DType::kBFloat16, h = DType::kFloat16, f = DType::kFloat32;
   static const std::vector<TileCase> cases = {
@@ -284,9 +285,9 @@ const std::vector<TileCase>& tile_cases() {
       {"fp16_all_pm_min_sub", h, 0x0001, true, false, 0, 95, 95, 0x78, 0x78, 0, 0},
       {"fp32_all_pm_min_sub", f, 0x00000001, true, false, 0, 0, 0, 0x00, 0x00, 0, 0},
       // all largest subnormal: bf16 127 * 2^-133 and fp32 (1 - 2^-23) 2^-126: d subnormal below
-      // 2^-127 -> 0 under both rules; v * 2^127 = 1.98 -> 2.0 = 40. fp16 1023 * 2^-24: RCEIL d =
-      // 2^-22.8 -> 2^-22: 105, 1023 / 4 = 255.75 -> 78; FLOOR d = 1023 * 2^-32 -> 2^-23: 104,
-      // 511.5 -> 7E.
+      // 2^-127 -> 0 under both scaling modes; v * 2^127 = 1.98 -> 2.0 = 40. fp16 1023 * 2^-24:
+      // RCEIL d = 2^-22.8 -> 2^-22: 105, 1023 / 4 = 255.75 -> 78; FLOOR d = 1023 * 2^-32 -> 2^-23:
+      // 104, 511.5 -> 7E.
       {"bf16_all_max_sub", bf, 0x007F, false, false, 0, 0, 0, 0x40, 0x40, 0, 0},
       {"fp16_all_max_sub", h, 0x03FF, false, false, 0, 105, 104, 0x78, 0x7E, 0, 0},
       {"fp32_all_max_sub", f, 0x007FFFFF, false, false, 0, 0, 0, 0x40, 0x40, 0, 0},
@@ -304,7 +305,7 @@ const std::vector<TileCase>& tile_cases() {
   return cases;
 }
 
-using TileParam = std::tuple<size_t, ScaleRounding>;
+using TileParam = std::tuple<size_t, ScalingMode>;
 class WeightSpecialTiles : public ::testing::TestWithParam<TileParam> {};
 
 // The case fills tile (1, 2) of expert 1 of a (2, 96, 160) W whose other tiles are normal
@@ -312,8 +313,8 @@ class WeightSpecialTiles : public ::testing::TestWithParam<TileParam> {};
 // entry of the tile (s_row for its 32 rows, s_col for its 32 columns), and agree with the oracle.
 TEST_P(WeightSpecialTiles, HandComputed) {
   const TileCase& c = tile_cases()[std::get<0>(GetParam())];
-  const ScaleRounding rule = std::get<1>(GetParam());
-  const bool rceil = rule == ScaleRounding::kRceil;
+  const ScalingMode mode = std::get<1>(GetParam());
+  const bool rceil = mode == ScalingMode::kRceil;
   const WeightShape shape{2, 96, 160};
   const int64_t g = 1, b = 1, tc = 2;
   WeightTensor w = make_weight(c.dtype, shape, WDist::kNormal, 99);
@@ -325,7 +326,7 @@ TEST_P(WeightSpecialTiles, HandComputed) {
       w.set_bits(w.index(g, 32 * b + i, 32 * tc + e), v);
     }
   }
-  const WeightOutputs o = reference_weight(w, WeightScaling::k32x32, rule);
+  const WeightOutputs o = reference_weight(w, WeightScaling::k32x32, mode);
   const uint8_t s = rceil ? c.s_rceil : c.s_floor;
   const uint8_t q_fill = rceil ? c.q_rceil : c.q_floor;
   const uint8_t q_special = rceil ? c.q_special_rceil : c.q_special_floor;
@@ -353,12 +354,12 @@ TEST_P(WeightSpecialTiles, HandComputed) {
               int(s))
         << "S_col row " << e;
   }
-  EXPECT_TRUE(same_weight_outputs(o, oracle(w, WeightScaling::k32x32, rule), shape, "vs oracle"));
+  EXPECT_TRUE(same_weight_outputs(o, oracle(w, WeightScaling::k32x32, mode), shape, "vs oracle"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, WeightSpecialTiles,
                          ::testing::Combine(::testing::Range<size_t>(0, tile_cases().size()),
-                                            ::testing::ValuesIn(kRules)),
+                                            ::testing::ValuesIn(kModes)),
                          [](const ::testing::TestParamInfo<TileParam>& info) {
                            return std::string(tile_cases()[std::get<0>(info.param)].name) + "_" +
                                   to_string(std::get<1>(info.param));
@@ -368,11 +369,11 @@ INSTANTIATE_TEST_SUITE_P(Cases, WeightSpecialTiles,
 
 const WeightShape kPropShapes[] = {{1, 32, 32}, {3, 96, 160}, {2, 160, 288}, {1, 128, 2880}};
 
-using PropParam = std::tuple<DType, ScaleRounding, WeightShape>;
+using PropParam = std::tuple<DType, ScalingMode, WeightShape>;
 class WeightProperties : public ::testing::TestWithParam<PropParam> {
  protected:
   WeightTensor input(WDist dist = WDist::kSpecial) const {
-    const auto& [dtype, rule, shape] = GetParam();
+    const auto& [dtype, mode, shape] = GetParam();
     return make_weight(dtype, shape, dist, uint64_t(shape.N * 1000 + shape.K + shape.G));
   }
 };
@@ -380,10 +381,10 @@ class WeightProperties : public ::testing::TestWithParam<PropParam> {
 // §11: with 32x32 tiles, q_col is exactly the transpose of q_row per expert, and a tile's scale
 // sits at S_row[n, c] for its rows and S_col[k, b] for its columns.
 TEST_P(WeightProperties, TilesTransposeAndShareScales) {
-  const auto& [dtype, rule, shape] = GetParam();
+  const auto& [dtype, mode, shape] = GetParam();
   for (WDist dist : kWDists) {
     const WeightTensor w = input(dist);
-    const WeightOutputs o = reference_weight(w, WeightScaling::k32x32, rule);
+    const WeightOutputs o = reference_weight(w, WeightScaling::k32x32, mode);
     const auto [G, N, K] = shape;
     for (int64_t g = 0; g < G; ++g) {
       for (int64_t n = 0; n < N; ++n) {
@@ -406,14 +407,14 @@ TEST_P(WeightProperties, TilesTransposeAndShareScales) {
 // §7: every byte of every output written on every call (two poisons), for every axis choice; an
 // axis alone gives the bytes it gives beside the other.
 TEST_P(WeightProperties, EveryByteWrittenAndAxesIndependent) {
-  const auto& [dtype, rule, shape] = GetParam();
+  const auto& [dtype, mode, shape] = GetParam();
   const WeightTensor w = input();
   for (WeightScaling scaling : kWeightScalings) {
-    const WeightOutputs both = reference_weight(w, scaling, rule, true, true, kPoison);
-    EXPECT_TRUE(same_weight_outputs(reference_weight(w, scaling, rule, true, true, kPoison2), both,
+    const WeightOutputs both = reference_weight(w, scaling, mode, true, true, kPoison);
+    EXPECT_TRUE(same_weight_outputs(reference_weight(w, scaling, mode, true, true, kPoison2), both,
                                     shape, "second poison"));
-    WeightOutputs row_only = reference_weight(w, scaling, rule, true, false, kPoison2);
-    WeightOutputs col_only = reference_weight(w, scaling, rule, false, true, kPoison2);
+    WeightOutputs row_only = reference_weight(w, scaling, mode, true, false, kPoison2);
+    WeightOutputs col_only = reference_weight(w, scaling, mode, false, true, kPoison2);
     EXPECT_TRUE(row_only.q_col.empty() && col_only.q_row.empty());
     row_only.q_col = both.q_col;
     row_only.s_col = both.s_col;
@@ -425,26 +426,26 @@ TEST_P(WeightProperties, EveryByteWrittenAndAxesIndependent) {
 }
 
 std::string prop_name(const ::testing::TestParamInfo<PropParam>& info) {
-  const auto& [dtype, rule, shape] = info.param;
-  return std::string(to_string(dtype)) + "_" + to_string(rule) + "_" + weight_shape_name(shape);
+  const auto& [dtype, mode, shape] = info.param;
+  return std::string(to_string(dtype)) + "_" + to_string(mode) + "_" + weight_shape_name(shape);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, WeightProperties,
                          ::testing::Combine(::testing::ValuesIn(kWeightDtypes),
-                                            ::testing::ValuesIn(kRules),
+                                            ::testing::ValuesIn(kModes),
                                             ::testing::ValuesIn(kPropShapes)),
                          prop_name);
 
-using CrossParam = std::tuple<ScaleRounding, WeightShape>;
+using CrossParam = std::tuple<ScalingMode, WeightShape>;
 class WeightCrossChecks : public ::testing::TestWithParam<CrossParam> {};
 
 // §11: the 1x32 policy is the 2-D contract (§5) applied to each expert: mxq::ref::quantize of the
 // expert's (N, K) matrix as x (M = N), for every dtype.
 TEST_P(WeightCrossChecks, OneByThirtyTwoIsQuantizePerExpert) {
-  const auto& [rule, shape] = GetParam();
+  const auto& [mode, shape] = GetParam();
   for (const DType dtype : kWeightDtypes) {
     const WeightTensor w = make_weight(dtype, shape, WDist::kSpecial, uint64_t(shape.N + shape.K));
-    const WeightOutputs o = reference_weight(w, WeightScaling::k1x32, rule);
+    const WeightOutputs o = reference_weight(w, WeightScaling::k1x32, mode);
     const auto [G, N, K] = shape;
     const int64_t row_region = weight_s_row_shape<int64_t>(1, N, K).cols;
     const int64_t col_region = weight_s_col_shape<int64_t>(1, N, K).cols;
@@ -456,7 +457,7 @@ TEST_P(WeightCrossChecks, OneByThirtyTwoIsQuantizePerExpert) {
       p.dtype = dtype;
       p.M = N;
       p.K = K;
-      p.rounding = rule;
+      p.scaling_mode = mode;
       p.q_row = q_row.data();
       p.s_row = s_row.data();
       p.q_col = q_col.data();
@@ -477,7 +478,7 @@ TEST_P(WeightCrossChecks, OneByThirtyTwoIsQuantizePerExpert) {
 // §2 step 1: every input widens to fp32 exactly, so the same values give the same bytes in every
 // dtype. Values all three hold: bf16 values with exponents in fp16's normal range, zeros, Inf, NaN.
 TEST_P(WeightCrossChecks, DtypesAgreeOnSharedValues) {
-  const auto& [rule, shape] = GetParam();
+  const auto& [mode, shape] = GetParam();
   WeightTensor bf(DType::kBFloat16, shape), h(DType::kFloat16, shape), f(DType::kFloat32, shape);
   std::mt19937_64 rng(shape.N + shape.K);
   std::normal_distribution<float> normal(0.f, 1.f);
@@ -497,19 +498,19 @@ TEST_P(WeightCrossChecks, DtypesAgreeOnSharedValues) {
     ASSERT_TRUE(std::isnan(v) || double(f16_to_f32(uint16_t(h.bits(i)))) == double(v)) << v;
   }
   for (WeightScaling scaling : kWeightScalings) {
-    const WeightOutputs want = reference_weight(bf, scaling, rule);
-    EXPECT_TRUE(same_weight_outputs(reference_weight(h, scaling, rule), want, shape, "fp16"));
-    EXPECT_TRUE(same_weight_outputs(reference_weight(f, scaling, rule), want, shape, "fp32"));
+    const WeightOutputs want = reference_weight(bf, scaling, mode);
+    EXPECT_TRUE(same_weight_outputs(reference_weight(h, scaling, mode), want, shape, "fp16"));
+    EXPECT_TRUE(same_weight_outputs(reference_weight(f, scaling, mode), want, shape, "fp32"));
   }
 }
 
 std::string cross_name(const ::testing::TestParamInfo<CrossParam>& info) {
-  const auto& [rule, shape] = info.param;
-  return std::string(to_string(rule)) + "_" + weight_shape_name(shape);
+  const auto& [mode, shape] = info.param;
+  return std::string(to_string(mode)) + "_" + weight_shape_name(shape);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, WeightCrossChecks,
-                         ::testing::Combine(::testing::ValuesIn(kRules),
+                         ::testing::Combine(::testing::ValuesIn(kModes),
                                             ::testing::ValuesIn(kPropShapes)),
                          cross_name);
 
@@ -608,8 +609,8 @@ const std::vector<WeightBadCase>& weight_bad_cases() {
        exact("dtype must be DType::kBFloat16, kFloat16 or kFloat32, got -1")},
       {"scaling_2", [](auto& p) { p.scaling = static_cast<WeightScaling>(2); },
        exact("scaling must be WeightScaling::k1x32 or k32x32, got 2")},
-      {"rounding_9", [](auto& p) { p.rounding = static_cast<ScaleRounding>(9); },
-       exact("rounding must be ScaleRounding::kRceil or kFloor, got 9")},
+      {"scaling_mode_9", [](auto& p) { p.scaling_mode = static_cast<ScalingMode>(9); },
+       exact("scaling_mode must be ScalingMode::kRceil or kFloor, got 9")},
       {"G_0", [](auto& p) { p.G = 0; }, exact("G must be at least 1, got 0")},
       {"G_negative", [](auto& p) { p.G = -2; }, exact("G must be at least 1, got -2")},
       {"G_2pow31", [](auto& p) { p.G = int64_t(1) << 31; },
@@ -679,10 +680,10 @@ TEST_P(WeightValidation, ThrowsNamingArgumentAndWritesNothing) {
   const WeightTensor w = make_weight(DType::kBFloat16, shape, WDist::kNormal, 5);
   WeightOutputs o = poisoned_weight_outputs(shape, kPoison, true, true);
   const WeightOutputs untouched = o;
-  QuantizeWeightParams p = weight_params(w, o, WeightScaling::k32x32, ScaleRounding::kRceil);
+  QuantizeWeightParams p = weight_params(w, o, WeightScaling::k32x32, ScalingMode::kRceil);
   EXPECT_NO_THROW(ref::quantize_weight(p));  // the baseline is valid
   o = untouched;
-  p = weight_params(w, o, WeightScaling::k32x32, ScaleRounding::kRceil);
+  p = weight_params(w, o, WeightScaling::k32x32, ScalingMode::kRceil);
   c.edit(p);
   EXPECT_TRUE(
       throws_error([&] { ref::quantize_weight(p); }, "mxq::ref::quantize_weight", c.message));
@@ -705,7 +706,7 @@ TEST(WeightEntryPoint, GpuRefusesWithoutDevice) {
   const WeightTensor w = make_weight(DType::kFloat16, shape, WDist::kNormal, 5);
   WeightOutputs o = poisoned_weight_outputs(shape, kPoison, true, false);
   try {
-    quantize_weight(weight_params(w, o, WeightScaling::k1x32, ScaleRounding::kFloor));
+    quantize_weight(weight_params(w, o, WeightScaling::k1x32, ScalingMode::kFloor));
     ADD_FAILURE() << "did not throw";
   } catch (const Error& e) {
     EXPECT_NE(e.kind(), Error::Kind::kInvalidArgument) << e.what();

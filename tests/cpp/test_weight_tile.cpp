@@ -57,8 +57,8 @@ TEST(WeightTileGrid, EveryElementInOneTile) {
         const Tile t = tile_of(i, d.N, d.K, n_fastest);
         ASSERT_GE(t.g, 0);
         ASSERT_LT(t.g, d.G);
-        ASSERT_EQ(t.n0 % kTileDim, 0);
-        ASSERT_EQ(t.k0 % kTileDim, 0);
+        ASSERT_EQ(t.n0 % kTileRows, 0);
+        ASSERT_EQ(t.k0 % kTileCols, 0);
         ASSERT_TRUE(t.rows >= 32 && t.rows <= 128 && t.rows % 32 == 0) << t.rows;
         ASSERT_TRUE(t.cols >= 32 && t.cols <= 128 && t.cols % 32 == 0) << t.cols;
         ASSERT_EQ(t.rows, std::min<int64_t>(128, d.N - t.n0));
@@ -95,15 +95,15 @@ TEST(WeightTileGrid, SplitMatchesDivision) {
                                   {3, 1536, 5120}, {3, 768, 2048},  {3, 160, 4096}};
   for (const Dims& d : dims) {
     for (const bool n_fastest : {false, true}) {
-      const int64_t tn = ceil_div(d.N, kTileDim), tk = ceil_div(d.K, kTileDim), per = tn * tk;
+      const int64_t tn = ceil_div(d.N, kTileRows), tk = ceil_div(d.K, kTileCols), per = tn * tk;
       const TileSplit split = TileSplit::of(d.N, d.K, n_fastest);
       for (int64_t i = 0; i < d.G * per; ++i) {
         const Tile t = tile_of(uint32_t(i), d.N, d.K, n_fastest, split);
         const int64_t rem = i % per;
         ASSERT_EQ(t.g, i / per) << d.N << "x" << d.K << " CTA " << i;
-        ASSERT_EQ(t.n0, (n_fastest ? rem % tn : rem / tk) * kTileDim)
+        ASSERT_EQ(t.n0, (n_fastest ? rem % tn : rem / tk) * kTileRows)
             << d.N << "x" << d.K << " CTA " << i;
-        ASSERT_EQ(t.k0, (n_fastest ? rem / tn : rem % tk) * kTileDim)
+        ASSERT_EQ(t.k0, (n_fastest ? rem / tn : rem % tk) * kTileCols)
             << d.N << "x" << d.K << " CTA " << i;
       }
     }
@@ -162,7 +162,7 @@ TEST(WeightTileThreads, LoadsCoverTheTileOnce) {
   for (DType d : kDtypes) {
     SCOPED_TRACE(to_string(d));
     const int cpr = chunks_per_row(d);
-    std::vector<int> hits(size_t(kTileDim * cpr), 0);
+    std::vector<int> hits(size_t(kTileRows * cpr), 0);
     for (int warp = 0; warp < kWarps; ++warp) {
       for (int lane = 0; lane < 32; ++lane) {
         for (int i = 0; i < loads_per_thread(d); ++i) {
@@ -209,7 +209,7 @@ TEST(WeightTileThreads, LoadPredicatesOnPartialTiles) {
 // Rowwise: every (row, block) once; warp w converts only rows it loaded; lane pairs hold adjacent
 // blocks of one row; a thread's two blocks lie in one 32-row band.
 TEST(WeightTileThreads, RowwiseBlocks) {
-  std::vector<int> hits(kTileDim * kBands, 0);
+  std::vector<int> hits(kTileRows * kBands, 0);
   for (int warp = 0; warp < kWarps; ++warp) {
     for (int lane = 0; lane < 32; ++lane) {
       ASSERT_EQ(rowwise_row(warp, lane, 0) / kBlock, rowwise_row(warp, lane, 1) / kBlock);
@@ -229,12 +229,12 @@ TEST(WeightTileThreads, RowwiseBlocks) {
 
 // Colwise: every (column, band) once; lane pairs hold adjacent bands of one column.
 TEST(WeightTileThreads, ColwiseBlocks) {
-  std::vector<int> hits(kTileDim * kBands, 0);
+  std::vector<int> hits(kTileCols * kBands, 0);
   for (int warp = 0; warp < kWarps; ++warp) {
     for (int lane = 0; lane < 32; ++lane) {
       for (int u = 0; u < 2; ++u) {
         const int col = colwise_col(warp, lane, u), band = colwise_band(lane);
-        ASSERT_LT(col, kTileDim);
+        ASSERT_LT(col, kTileCols);
         ++hits[size_t(col * kBands + band)];
         ASSERT_EQ(colwise_col(warp, lane ^ 1, u), col);
         ASSERT_EQ(colwise_band(lane ^ 1), band ^ 1);
@@ -283,7 +283,7 @@ TEST(WeightTileThreads, PartialAmaxGroups) {
 TEST(WeightTileSwizzle, BijectivePerRow) {
   for (DType d : kDtypes) {
     const int cpr = chunks_per_row(d);
-    for (int row = 0; row < kTileDim; ++row) {
+    for (int row = 0; row < kTileRows; ++row) {
       std::set<int> seen;
       for (int c = 0; c < cpr; ++c) {
         const int p = swizzle(d, row, c);

@@ -21,7 +21,7 @@ namespace mxq::test {
 
 constexpr DType kWeightDtypes[] = {DType::kBFloat16, DType::kFloat16, DType::kFloat32};
 constexpr WeightScaling kWeightScalings[] = {WeightScaling::k1x32, WeightScaling::k32x32};
-constexpr ScaleRounding kRules[] = {ScaleRounding::kRceil, ScaleRounding::kFloor};
+constexpr ScalingMode kModes[] = {ScalingMode::kRceil, ScalingMode::kFloor};
 
 inline int dtype_index(DType d) { return static_cast<int>(d); }
 
@@ -264,8 +264,8 @@ inline WeightTensor make_weight(DType d, WeightShape s, WDist dist, uint64_t see
             break;
           }
           case WDist::kBoundary: {
-            // Scale 2^k: amax = 448 * 2^k gives s = 127 + k under both rules; neighbours of it
-            // and of 2^k, 480 * 2^k move the rule's boundaries.
+            // Scale 2^k: amax = 448 * 2^k gives s = 127 + k under both scaling modes; neighbours
+            // of it and of 2^k, 480 * 2^k move the scaling mode's boundaries.
             const int k_lo = d == DType::kFloat16 ? -24 : -127;
             const int k_hi = d == DType::kFloat16 ? 6 : 118;
             const int k = std::uniform_int_distribution<int>(k_lo, k_hi)(rng);
@@ -320,14 +320,14 @@ inline WeightOutputs poisoned_weight_outputs(const WeightShape& s, uint8_t poiso
 inline uint8_t* data_or_null(std::vector<uint8_t>& v) { return v.empty() ? nullptr : v.data(); }
 
 inline QuantizeWeightParams weight_params(const WeightTensor& w, WeightOutputs& o,
-                                          WeightScaling scaling, ScaleRounding rule) {
+                                          WeightScaling scaling, ScalingMode mode) {
   QuantizeWeightParams p;
   p.w = w.data();
   p.dtype = w.dtype;
   p.G = w.shape.G;
   p.N = w.shape.N;
   p.K = w.shape.K;
-  p.rounding = rule;
+  p.scaling_mode = mode;
   p.scaling = scaling;
   p.q_row = data_or_null(o.q_row);
   p.s_row = data_or_null(o.s_row);
@@ -338,10 +338,10 @@ inline QuantizeWeightParams weight_params(const WeightTensor& w, WeightOutputs& 
 
 // mxq::ref::quantize_weight into freshly poisoned buffers.
 inline WeightOutputs reference_weight(const WeightTensor& w, WeightScaling scaling,
-                                      ScaleRounding rule, bool rowwise = true, bool colwise = true,
+                                      ScalingMode mode, bool rowwise = true, bool colwise = true,
                                       uint8_t poison = kPoison) {
   WeightOutputs o = poisoned_weight_outputs(w.shape, poison, rowwise, colwise);
-  ref::quantize_weight(weight_params(w, o, scaling, rule));
+  ref::quantize_weight(weight_params(w, o, scaling, mode));
   return o;
 }
 

@@ -5,16 +5,16 @@
 // Case i of seed S is drawn from splitmix64(S, i) alone, so `--seed S --case I` replays exactly the
 // case a failure names. Each case picks a path (fused, rowwise only, colwise only, composed,
 // dequantize of rowwise or K-groups colwise data, and quantize_weight), an input type (bf16, fp16,
-// fp32), a rule (RCEIL, FLOOR), a shape (M, K multiples of 32 from 32 to --max-dim, log-uniform),
-// dense or grouped (G from 1 to 256, random 32-multiple group sizes, empty groups, a tail or
-// none), and an input of random bit patterns around a per-row magnitude with special values (NaN,
-// +-Inf, +-0, subnormals, the largest finite values) planted at random positions. A weight case
-// quantizes W (G, N = M, K) with G log-uniform from 1 to 16 (G*N*K at most --max-dim^2), policy
-// 1x32 or 32x32, and rowwise, colwise or both axes. A quantize case also picks the 16-bit kernels'
-// tile height: the launch's own choice, or 64 or 128 rows forced (mxq::bench::force_tile_rows;
-// fp32 tiles always hold 64 rows). Outputs are poisoned with a random byte first
-// and followed by a guard band; every byte must equal the reference's and every guard byte must be
-// intact. Exit code 0 only when no case mismatched.
+// fp32), a scaling mode (RCEIL, FLOOR), a shape (M, K multiples of 32 from 32 to --max-dim,
+// log-uniform), dense or grouped (G from 1 to 256, random 32-multiple group sizes, empty groups, a
+// tail or none), and an input of random bit patterns around a per-row magnitude with special values
+// (NaN, +-Inf, +-0, subnormals, the largest finite values) planted at random positions. A weight
+// case quantizes W (G, N = M, K) with G log-uniform from 1 to 16 (G*N*K at most --max-dim^2),
+// policy 1x32 or 32x32, and rowwise, colwise or both axes. A quantize case also picks the 16-bit
+// kernels' tile height: the launch's own choice, or 64 or 128 rows forced (src/host/testing.h;
+// fp32 tiles always hold 64 rows). Outputs are poisoned with a random byte first and followed by a
+// guard band; every byte must equal the reference's and every guard byte must be intact. Exit code
+// 0 only when no case mismatched.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -29,12 +29,13 @@
 #include <vector>
 
 #include "../../src/host/parallel.h"
+#include "../../src/host/testing.h"
 #include "mxq/mxq.h"
 
 namespace {
 
 using mxq::DType;
-using mxq::ScaleRounding;
+using mxq::ScalingMode;
 using mxq::WeightScaling;
 
 uint64_t splitmix64(uint64_t z) {
@@ -100,7 +101,7 @@ struct Case {
   int64_t index = 0;
   Path path = Path::kFused;
   DType dtype = DType::kBFloat16;
-  ScaleRounding rule = ScaleRounding::kRceil;
+  ScalingMode mode = ScalingMode::kRceil;
   int64_t M = 0, K = 0;
   std::vector<int32_t> offs;    // empty: dense
   bool row = true, col = true;  // the axes written (fixed by the path, drawn for kWeight)
@@ -114,12 +115,12 @@ struct Case {
   std::string describe() const {
     if (path == Path::kWeight) {
       const char* axes = row && col ? "both" : row ? "rowwise" : "colwise";
-      return std::string(path_name(path)) + " " + to_string(dtype) + " " + mxq::to_string(rule) +
+      return std::string(path_name(path)) + " " + to_string(dtype) + " " + mxq::to_string(mode) +
              " " + mxq::to_string(scaling) + " " + axes + " G=" + std::to_string(experts) +
              " N=" + std::to_string(M) + " K=" + std::to_string(K);
     }
     std::string s = std::string(path_name(path)) + " " + to_string(dtype) + " " +
-                    mxq::to_string(rule) + " " + std::to_string(M) + "x" + std::to_string(K);
+                    mxq::to_string(mode) + " " + std::to_string(M) + "x" + std::to_string(K);
     if (tile_rows != 0) s += " tile rows " + std::to_string(tile_rows);
     if (!offs.empty()) {
       s += " G=" + std::to_string(offs.size()) + " offs=[";
@@ -138,7 +139,7 @@ Case draw_case(uint64_t seed, int64_t index, int64_t max_dim, const std::vector<
   c.index = index;
   c.path = static_cast<Path>(rng.uniform(0, kPaths - 1));
   c.dtype = dtypes[size_t(rng.uniform(0, int64_t(dtypes.size()) - 1))];
-  c.rule = rng.chance(0.5) ? ScaleRounding::kRceil : ScaleRounding::kFloor;
+  c.mode = rng.chance(0.5) ? ScalingMode::kRceil : ScalingMode::kFloor;
   c.M = 32 * rng.log_uniform(1, max_dim / 32);
   c.K = 32 * rng.log_uniform(1, max_dim / 32);
   c.poison = static_cast<uint8_t>(rng.next());
@@ -317,7 +318,7 @@ bool launch_weight(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
   ref.G = c.experts;
   ref.N = c.M;
   ref.K = c.K;
-  ref.rounding = c.rule;
+  ref.scaling_mode = c.mode;
   ref.scaling = c.scaling;
   const size_t q_bytes = size_t(c.experts * c.M * c.K);
   std::vector<uint8_t> q_row, s_row, q_col, s_col;
@@ -365,7 +366,7 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
   ref.dtype = c.dtype;
   ref.M = c.M;
   ref.K = c.K;
-  ref.rounding = c.rule;
+  ref.scaling_mode = c.mode;
   ref.offs = offs_host;
   ref.num_groups = G;
   std::vector<uint8_t> q_row, s_row, q_col, s_col;
@@ -399,7 +400,7 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
       p.status = reinterpret_cast<int32_t*>(
           expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
     }
-    mxq::bench::force_tile_rows(c.tile_rows);
+    mxq::detail::force_tile_rows(c.tile_rows);
     if (c.path == Path::kComposed) {
       uint8_t* ws = arena.take(size_t(mxq::composed_workspace_bytes(c.M, c.K)));
       return ran(c, [&] { mxq::quantize_composed(p, ws); });

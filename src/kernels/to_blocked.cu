@@ -1,12 +1,13 @@
-// Colwise scale swizzle, the third kernel of the composed path (the baseline the fused kernel
-// replaces): plain S_col (K, M/32) -> the dense blocked layout, or the K-groups layout from device
-// offs with every byte after the last group's region zeroed (docs/numerics.md §5-§6).
+// to_blocked, the third kernel of the composed path (the baseline the fused kernel replaces): plain
+// colwise scales S_col (K, M/32) rearranged into the dense blocked layout, or into the K-groups
+// layout from device offs with every byte after the last group's region zeroed (docs/numerics.md
+// §5-§6; torchao calls this rearrangement to_blocked).
 //
 // Dense: one warp moves one 128x4 atom: lane l holds rows l, l+32, l+64, l+96 of the atom (4 scale
-// columns each), which are exactly the 16 bytes at l*16 of the blocked atom. Grouped: the CTA
-// builds the group table once, then stages each of its atoms in shared memory and places it with
-// the quantize kernel's own scale stores (scales.cuh). Scales past the edge of S_col (K or M/32
-// not a multiple of the atom) are staged as 0, the padding value.
+// columns each), which are exactly the 16 bytes at l*16 of the blocked atom. Grouped: warp w of a
+// CTA plans the places of the CTA's atom w (scales.cuh plan_tile_places), then the CTA stages each
+// atom in shared memory and places it with the quantize kernels' own scale stores. Scales past the
+// edge of S_col (K or M/32 not a multiple of the atom) are staged as 0, the padding value.
 #include <cuda_runtime.h>
 
 #include "common.cuh"
@@ -15,13 +16,13 @@
 
 namespace mxq::kernels {
 
-struct SwizzleConfig {
+struct ToBlockedConfig {
   static constexpr int kThreads = 256;
   static constexpr int kAtomsPerCta = kThreads / 32;
   static_assert(kAtomRows == 4 * 32 && kAtomCols == 4, "a lane moves 4 rows of 4 scale bytes");
 };
 
-struct SwizzleKernelParams {
+struct ToBlockedParams {
   const uint8_t* s_plain;
   int64_t M, K;
   const int32_t* offs;
@@ -33,23 +34,23 @@ struct SwizzleKernelParams {
 };
 
 // S_col[k, c] of the plain matrix, 0 past its edge.
-__device__ __forceinline__ uint8_t plain_scale(const SwizzleKernelParams& p, int64_t k, int64_t c) {
+__device__ __forceinline__ uint8_t plain_scale(const ToBlockedParams& p, int64_t k, int64_t c) {
   const int64_t cols = p.M / kBlock;
   return k < p.K && c < cols ? p.s_plain[k * cols + c] : 0;
 }
 
 // The (k0, m0) corner of atom a: scale rows k0.., tokens m0.. (scale columns m0/32..).
-__device__ __forceinline__ void atom_corner(const SwizzleKernelParams& p, int64_t a, int64_t* k0,
+__device__ __forceinline__ void atom_corner(const ToBlockedParams& p, int64_t a, int64_t* k0,
                                             int64_t* m0) {
   *k0 = a / p.m_atoms * kAtomRows;
   *m0 = a % p.m_atoms * (kAtomCols * kBlock);
 }
 
-__global__ void __launch_bounds__(SwizzleConfig::kThreads)
-    swizzle_dense_kernel(const SwizzleKernelParams p) {
+__global__ void __launch_bounds__(ToBlockedConfig::kThreads)
+    to_blocked_dense_kernel(const ToBlockedParams p) {
   ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
   const int lane = threadIdx.x % 32;
-  const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + threadIdx.x / 32;
+  const int64_t a = int64_t(blockIdx.x) * ToBlockedConfig::kAtomsPerCta + threadIdx.x / 32;
   if (a >= p.atoms) return;
   int64_t k0, m0;
   atom_corner(p, a, &k0, &m0);
@@ -64,8 +65,8 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
   ptx::st_global_v4(p.s_col + blocked_offset(k0, m0 / kBlock, p.M / kBlock) + lane * 16, out);
 }
 
-__global__ void __launch_bounds__(SwizzleConfig::kThreads)
-    swizzle_kgroups_kernel(const SwizzleKernelParams p) {
+__global__ void __launch_bounds__(ToBlockedConfig::kThreads)
+    to_blocked_kgroups_kernel(const ToBlockedParams p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   uint8_t* atom_staging = smem_raw;  // one 512-byte atom
   ptx::griddepcontrol_wait();
@@ -75,17 +76,17 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     return;
   }
   // Warp w plans the places of the CTA's atom w.
-  __shared__ TilePlaces places[SwizzleConfig::kAtomsPerCta];
+  __shared__ TilePlaces places[ToBlockedConfig::kAtomsPerCta];
   const int warp = threadIdx.x / 32;
-  const int64_t own = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + warp;
+  const int64_t own = int64_t(blockIdx.x) * ToBlockedConfig::kAtomsPerCta + warp;
   if (own < p.atoms) {
     int64_t k0, m0;
     atom_corner(p, own, &k0, &m0);
-    plan_tile_places<kAtomCols>(places[warp], p.offs, p.num_groups, p.M, m0, k0, p.K, false, true);
+    plan_tile_places<kAtomBands>(places[warp], p.offs, p.num_groups, p.M, m0, k0, p.K, false, true);
   }
   const ScaleOut out{nullptr, p.s_col, p.M, p.K};
-  for (int u = 0; u < SwizzleConfig::kAtomsPerCta; ++u) {
-    const int64_t a = int64_t(blockIdx.x) * SwizzleConfig::kAtomsPerCta + u;
+  for (int u = 0; u < ToBlockedConfig::kAtomsPerCta; ++u) {
+    const int64_t a = int64_t(blockIdx.x) * ToBlockedConfig::kAtomsPerCta + u;
     if (a >= p.atoms) break;
     int64_t k0, m0;
     atom_corner(p, a, &k0, &m0);
@@ -96,7 +97,7 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
     }
     __syncthreads();
     // ---- place ----
-    store_col_scales<ColScales::kKGroups, kAtomCols>(out, m0, k0, atom_staging, places[u], false);
+    store_col_scales<ColScales::kKGroups, kAtomBands>(out, m0, k0, atom_staging, places[u], false);
     __syncthreads();  // the staging is reused
   }
 }
@@ -105,24 +106,24 @@ __global__ void __launch_bounds__(SwizzleConfig::kThreads)
 
 namespace mxq::detail {
 
-void launch_swizzle_col_scales(const uint8_t* s_col_plain, const QuantizeParams& p) {
+void launch_to_blocked(const uint8_t* s_col_plain, const QuantizeParams& p) {
   using namespace kernels;
-  SwizzleKernelParams k{s_col_plain, p.M,     p.K, p.offs, static_cast<int>(p.num_groups),
-                        p.s_col,     p.status};
+  ToBlockedParams k{s_col_plain, p.M,     p.K, p.offs, static_cast<int>(p.num_groups),
+                    p.s_col,     p.status};
   k.m_atoms = ceil_div(p.M / kBlock, kAtomCols);
   k.atoms = k.m_atoms * ceil_div(p.K, kAtomRows);
-  k.atom_ctas = ceil_div(k.atoms, SwizzleConfig::kAtomsPerCta);
+  k.atom_ctas = ceil_div(k.atoms, ToBlockedConfig::kAtomsPerCta);
   if (p.offs == nullptr) {
     if (k.atom_ctas == 0) return;
     MXQ_CHECK(k.atom_ctas <= 0x7FFFFFFF, "too many scale atoms for one launch: ", k.atom_ctas);
-    launch_dependent(swizzle_dense_kernel, static_cast<unsigned>(k.atom_ctas),
-                     SwizzleConfig::kThreads, 0, p.stream, k);
+    launch_dependent(to_blocked_dense_kernel, static_cast<unsigned>(k.atom_ctas),
+                     ToBlockedConfig::kThreads, 0, p.stream, k);
   } else {
     const int64_t grid =
         k.atom_ctas + std::max<int64_t>(1, zero_fill_col_ctas(p.M, p.K, p.num_groups));
     MXQ_CHECK(grid <= 0x7FFFFFFF, "too many scale atoms for one launch: ", grid);
-    launch_dependent(swizzle_kgroups_kernel, static_cast<unsigned>(grid), SwizzleConfig::kThreads,
-                     kAtomBytes, p.stream, k);
+    launch_dependent(to_blocked_kgroups_kernel, static_cast<unsigned>(grid),
+                     ToBlockedConfig::kThreads, kAtomBytes, p.stream, k);
   }
 }
 

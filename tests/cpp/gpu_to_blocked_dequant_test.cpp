@@ -1,9 +1,11 @@
-// The composed path's swizzle and dequantize on the device, byte-exact against the CPU reference:
-//   GpuComposedSwizzle  the colwise scale placement of quantize_composed (its third kernel, plain
-//                       S_col -> dense blocked or K-groups from device offs, slack and tail zeroed)
-//                       on inputs whose 32x1 blocks take every scale byte; every output against the
-//                       reference and s_col also against torchao's to_blocked / K-groups
-//                       rearrangement (test_util.h, independent of layout.h)
+// The composed path's to_blocked and dequantize on the device, byte-exact against the CPU
+// reference:
+//   GpuComposedToBlocked  the colwise scale placement of quantize_composed (its third kernel,
+//                         to_blocked: plain S_col -> dense blocked or K-groups from device offs,
+//                         slack and tail zeroed) on inputs whose 32x1 blocks take every scale byte;
+//                         every output against the reference and s_col also against torchao's
+//                         to_blocked / K-groups rearrangement (test_util.h, independent of
+//                         layout.h)
 //   GpuDequantize       rowwise (q_row (M, K) + dense s_row, and M-groups s_row + offs), colwise
 //                       (q_col (K, M) + dense s_col, and K-groups s_col + offs) on random e4m3 and
 //                       E8M0 bytes (NaN codes and scale 255 included), and every (q, s) pair
@@ -42,7 +44,7 @@ std::vector<uint8_t> random_bytes(size_t n, uint64_t seed) {
 }
 
 // ------------------------------------------------------------------------------------------------
-// GpuComposedSwizzle
+// GpuComposedToBlocked
 // ------------------------------------------------------------------------------------------------
 // x whose colwise 32x1 blocks take every scale byte: block (i, k) (rows 32i..32i+31 of column k)
 // has a random top exponent field E in 0..254 (its largest magnitude, at a random row) and values
@@ -67,19 +69,19 @@ std::vector<uint16_t> make_scale_sweep_input(int64_t M, int64_t K, uint64_t seed
   return x;
 }
 
-using SwizzleParam = std::tuple<Shape, Grouping>;
-class GpuComposedSwizzle : public GpuTestWithParam<SwizzleParam> {};
+using ToBlockedParam = std::tuple<Shape, Grouping>;
+class GpuComposedToBlocked : public GpuTestWithParam<ToBlockedParam> {};
 
-TEST_P(GpuComposedSwizzle, MatchesReferenceAndTorchaoLayout) {
+TEST_P(GpuComposedToBlocked, MatchesReferenceAndTorchaoLayout) {
   const auto [shape, grouping] = GetParam();
   const int64_t M = shape.M, K = shape.K, G = grouping.G;
-  const ScaleRounding r = ScaleRounding::kRceil;
+  const ScalingMode mode = ScalingMode::kRceil;
   const uint64_t seed = test_seed();
   const std::vector<int32_t> offs =
       G ? make_offs(M, G, grouping.fill, seed ^ 1) : std::vector<int32_t>{};
   SCOPED_TRACE("seed " + std::to_string(seed) + ", offs " + offs_to_string(offs));
   const std::vector<uint16_t> x = make_scale_sweep_input(M, K, seed);
-  const HostOutputs want = reference_outputs(x, M, K, offs, r);
+  const HostOutputs want = reference_outputs(x, M, K, offs, mode);
   // The placement is checked on many different bytes, not on a few repeated values.
   std::vector<bool> seen(256, false);
   for (uint8_t v : want.s_col_plain) seen[v] = true;
@@ -90,7 +92,7 @@ TEST_P(GpuComposedSwizzle, MatchesReferenceAndTorchaoLayout) {
   DeviceProblem dev(x, M, K, stream.get());
   dev.set_offs(offs);
   // Dense: the status word is not the composed path's and must stay poisoned (DeviceProblem::owns).
-  const HostOutputs got = dev.run(Path::kComposed, r);
+  const HostOutputs got = dev.run(Path::kComposed, mode);
   expect_matches_reference(got, want, Path::kComposed, M, K, G);
   EXPECT_TRUE(col_scale_layout_holds(got.s_col, want.s_col_plain, M, K, offs));
   if (G) {
@@ -98,16 +100,16 @@ TEST_P(GpuComposedSwizzle, MatchesReferenceAndTorchaoLayout) {
   }
 }
 
-std::string swizzle_name(const ::testing::TestParamInfo<SwizzleParam>& info) {
+std::string to_blocked_name(const ::testing::TestParamInfo<ToBlockedParam>& info) {
   return shape_name(std::get<0>(info.param)) + "_" + grouping_name(std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, GpuComposedSwizzle,
+INSTANTIATE_TEST_SUITE_P(Layouts, GpuComposedToBlocked,
                          ::testing::Combine(::testing::Values(Shape{96, 160}, Shape{128, 128},
                                                               Shape{256, 512}, Shape{1056, 224},
                                                               Shape{512, 4096}, Shape{8192, 256}),
                                             ::testing::ValuesIn(kGroupings)),
-                         swizzle_name);
+                         to_blocked_name);
 
 // ------------------------------------------------------------------------------------------------
 // GpuDequantize

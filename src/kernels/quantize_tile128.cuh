@@ -1,0 +1,59 @@
+// The 128-row tile kernel of 16-bit input (bf16, fp16): one CTA quantizes a 128x128 tile of x,
+// which maps to one whole 512-byte scale atom per axis (quantize_tile.cuh has the contract and the
+// phases). Instantiated per input type by quantize_tile128_{bf16,fp16}.cu.
+//   ---- load ----     8 cp.async copies of 16 bytes per thread: 32 KiB in flight per CTA, 4 CTAs
+//                      per SM. Grouped: warp 0 then plans the tile's scale places while its own
+//                      loads are in flight and the other warps go on with their rows.
+//   ---- rowwise ----  a thread converts two whole 1x32 blocks (rows 8 apart).
+//   ---- colwise ----  two ldmatrix passes per warp, each one 8-column group x 4 bands.
+//   ---- scales ----   both atoms staged, stored after a barrier: whole when the tile's rows or
+//                      tokens map to one atom, else per 32-row band (grouped layouts whose
+//                      32-aligned groups split the tile).
+#pragma once
+
+#include "quantize_tile.cuh"
+
+namespace mxq::kernels {
+
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile128_kernel(const TileParams p) {
+  using Cfg = Config<kAtomRows>;
+  using V = VariantTraits<kV>;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
+
+  if (V::kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
+    appended_cta<V::kRowwise, V::kCol>(p);
+    return;
+  }
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const auto [m0, k0] = tile_origin<V::kRowwise, Cfg::kRows>(p);
+  const int rows = static_cast<int>(min(int64_t(Cfg::kRows), p.M - m0));  // multiples of 32
+  const int cols = static_cast<int>(min(int64_t(kTileCols), p.K - k0));
+
+  // ---- load ---- then, grouped, warp 0 plans behind its loads; the barrier after the rowwise
+  // pass publishes the places.
+  __shared__ TilePlaces places;
+  load_tile<Cfg>(smem.tile, p, m0, k0, rows, cols, warp, lane);
+  if (V::kGrouped && warp == 0) {
+    plan_tile_places<Cfg::kBands>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, V::kRowwise,
+                                  V::kCol == ColScales::kKGroups);
+  }
+  ptx::cp_async_wait_all();
+  __syncwarp();
+  staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
+}
+
+template <DType kIn>
+void launch_tile128(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream) {
+  dispatch_variant(variant, mode, [&](auto v, auto m) {
+    constexpr Variant kV = decltype(v)::value;
+    launch_tiles<kV>(quantize_tile128_kernel<kIn, decltype(m)::value, kV>, Config<>::kThreads, p,
+                     stream);
+  });
+}
+
+}  // namespace mxq::kernels
