@@ -4,7 +4,8 @@
 //   ---- load ----     cp.async, as in the 16-bit kernels: a warp instruction copies one whole
 //                      512-byte tile row; warp w copies rows 8w..8w+7, exactly the rows its
 //                      rowwise pass owns (cp.async.wait_all and __syncwarp, no CTA barrier).
-//                      Grouped: warp 0 plans the tile's scale places behind its loads.
+//                      Grouped: warp 0 plans the tile's scale places behind its loads. Routed: each
+//                      row from its source row, scaled in place after the wait.
 //   ---- rowwise ----  lane l of warp w quantizes block l%4 of row 8w + l/4 (8 chunks).
 //   ---- colwise ----  lanes 2j and 2j+1 of warp w take the two 32-row bands of column 16w + j,
 //                      read with 32 4-byte shared loads, and store them as one q_col row pair.
@@ -13,6 +14,9 @@
 // 8-lane phase of the load (8 chunks of one block) and rowwise passes (chunk i of blocks 0..3 of
 // rows r, r+1) the keys take 8 values; in the colwise pass a warp reads 16 columns of rows j and
 // j + 32, which the row-bit-5 term sends to complementary bank halves.
+// Instantiated by quantize_f32.cu and, for the routed variants, quantize_f32_routed.cu.
+#pragma once
+
 #include "quantize_tile.cuh"
 
 namespace mxq::kernels {
@@ -65,12 +69,26 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
 
   // ---- load ----
   const bool chunk_in = lane * C::kChunk < cols;
+  [[maybe_unused]] RouteEntry route{};
+  if constexpr (V::kRouted) {
+    // Lane l holds the entry of the warp's row l % 8; copy i shuffles row i's.
+    route = route_entry<C::kLoads>(p, m0, rows, warp, lane);
 #pragma unroll
-  for (int i = 0; i < C::kLoads; ++i) {
-    const int row = warp * C::kLoads + i;
-    const bool in = chunk_in && row < rows;
-    ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
-                        in ? x + (m0 + row) * p.K + k0 + lane * C::kChunk : x, in);
+    for (int i = 0; i < C::kLoads; ++i) {
+      const int row = warp * C::kLoads + i;
+      const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+      const bool in = chunk_in && src >= 0;
+      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                          in ? x + int64_t(src) * p.K + k0 + lane * C::kChunk : x, in);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < C::kLoads; ++i) {
+      const int row = warp * C::kLoads + i;
+      const bool in = chunk_in && row < rows;
+      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                          in ? x + (m0 + row) * p.K + k0 + lane * C::kChunk : x, in);
+    }
   }
   __shared__ TilePlaces places;
   if (V::kGrouped && warp == 0) {
@@ -78,6 +96,20 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
                                 V::kCol == ColScales::kKGroups);
   }
   ptx::cp_async_wait_all();
+  if constexpr (V::kRouted) {
+    if (p.scaled) {
+#pragma unroll
+      for (int i = 0; i < C::kLoads; ++i) {
+        const int row = warp * C::kLoads + i;
+        const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+        const float f = __shfl_sync(0xFFFFFFFFu, route.scale, i);
+        if (chunk_in && src >= 0) {
+          uint4& c = tile[row][f32_chunk(row, lane)];
+          c = scale_chunk<DType::kFloat32>(c, f);
+        }
+      }
+    }
+  }
   __syncwarp();
   // ---- rowwise ----
   if constexpr (V::kRowwise) {
@@ -133,8 +165,9 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
   }
 }
 
+template <bool kRouted>
 void launch_tile_f32(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream) {
-  dispatch_variant(variant, mode, [&](auto v, auto m) {
+  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
     launch_tiles<kV>(quantize_tile_f32_kernel<decltype(m)::value, kV>, ConfigF32::kThreads, p,
                      stream);
