@@ -315,7 +315,8 @@ class TokenDispatcher:
         """TorchTitan's dispatcher hook: this dispatcher is local (no expert parallelism); an EP mesh is an error."""
         if ep_mesh is not None:
             raise ValueError(
-                "mxq.TokenDispatcher is a local dispatcher (expert parallel degree 1), got an expert-parallel mesh"
+                "mxq.TokenDispatcher is a local dispatcher (expert parallel degree 1), got an expert-parallel mesh; "
+                "with TorchTitan's expert parallelism, convert with MXQConverter.Config(token_dispatcher=False)"
             )
 
     # ---- dispatch ----
