@@ -130,7 +130,7 @@ MXQ_HD constexpr Shape2d s_col_shape(int64_t M, int64_t K, int64_t num_groups = 
 // counts, known without reading them.
 template <typename Int>
 MXQ_HD constexpr Int padded_rows(const Int& N, const Int& num_groups) {
-  return round_up(N + (kGroupAlign - 1) * num_groups, kGroupAlign);
+  return round_up(N + num_groups * int64_t(kGroupAlign - 1), kGroupAlign);
 }
 
 // ---- expert weights W (G, N, K): each expert's (N, K) matrix quantized on its own ----

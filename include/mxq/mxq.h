@@ -117,24 +117,24 @@ enum class IndexType : int32_t { kInt32 = 0, kInt64 = 1 };
 struct QuantizeRoutedParams {
   const void* x = nullptr;  // (T, K), row-major, 16-byte aligned
   DType dtype = DType::kBFloat16;
-  int64_t T = 0;  // rows of x: any count (a routed row reads one of them)
-  int64_t K = 0;  // a multiple of 32
+  int64_t T = 0;                // rows of x: any count (a routed row reads one of them)
+  int64_t K = 0;                // a multiple of 32
   const void* index = nullptr;  // (N): source row of each routed row, expert-sorted
   IndexType index_type = IndexType::kInt32;
   int64_t N = 0;
   const void* counts = nullptr;  // (E): routed rows per expert, sum N
   IndexType counts_type = IndexType::kInt32;
-  int64_t num_experts = 0;        // E, 1 to kMaxGroups
-  const float* scale = nullptr;   // optional (N): per routed row factor (gate scores)
+  int64_t num_experts = 0;       // E, 1 to kMaxGroups
+  const float* scale = nullptr;  // optional (N): per routed row factor (gate scores)
   ScalingMode scaling_mode = ScalingMode::kRceil;
-  uint8_t* q_row = nullptr;       // q_row_shape(Mp, K)
-  uint8_t* s_row = nullptr;       // s_row_shape(Mp, K, E): M-groups over offs_p
-  uint8_t* q_col = nullptr;       // q_col_shape(Mp, K): (K, Mp)
-  uint8_t* s_col = nullptr;       // s_col_shape(Mp, K, E): K-groups over offs_p
-  int32_t* offs_p = nullptr;      // (E): padded group ends
-  int32_t* dest = nullptr;        // (N): padded row of each routed row
-  void* workspace = nullptr;      // GPU: quantize_routed_workspace_bytes(N, E) bytes of device memory
-  int32_t* status = nullptr;      // optional (GPU): StatusBits of index and counts, every call
+  uint8_t* q_row = nullptr;   // q_row_shape(Mp, K)
+  uint8_t* s_row = nullptr;   // s_row_shape(Mp, K, E): M-groups over offs_p
+  uint8_t* q_col = nullptr;   // q_col_shape(Mp, K): (K, Mp)
+  uint8_t* s_col = nullptr;   // s_col_shape(Mp, K, E): K-groups over offs_p
+  int32_t* offs_p = nullptr;  // (E): padded group ends
+  int32_t* dest = nullptr;    // (N): padded row of each routed row
+  void* workspace = nullptr;  // GPU: quantize_routed_workspace_bytes(N, E) bytes of device memory
+  int32_t* status = nullptr;  // optional (GPU): StatusBits of index and counts, every call
   cudaStream_t stream = nullptr;
 
   bool rowwise() const { return q_row != nullptr || s_row != nullptr; }

@@ -182,7 +182,7 @@ MXQ_HD uint16_t f16_from_f32(float f) {
   const uint32_t a = bits & 0x7FFFFFFFu;
   if (a > 0x7F800000u) return kF16CanonicalNan;
   if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // >= 65520 rounds to Inf
-  if (a >= 0x38800000u) {                                   // normal: rebias, round 13 bits
+  if (a >= 0x38800000u) {                                 // normal: rebias, round 13 bits
     const uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);
     return uint16_t(sign | ((r >> 13) - (112u << 10)));
   }

@@ -60,12 +60,14 @@ from .linear import MXFP8Linear, mxfp8_linear
 from .moe import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
 from .ops import (
     MXTensors,
+    RoutedMXTensors,
     dequantize,
     dequantize_colwise,
     dequantize_rowwise,
     empty_quantized,
     has_cuda_kernels,
     quantize,
+    quantize_routed,
     quantize_weight,
     validate_offs,
 )
@@ -76,6 +78,7 @@ __all__ = [
     "MXFP8GroupedExperts",
     "MXFP8Linear",
     "MXTensors",
+    "RoutedMXTensors",
     "RoutedTokens",
     "TokenDispatcher",
     "bf16_grouped_mm",
@@ -88,6 +91,7 @@ __all__ = [
     "mxfp8_linear",
     "nn",
     "quantize",
+    "quantize_routed",
     "quantize_weight",
     "validate_offs",
 ]

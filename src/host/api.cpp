@@ -58,7 +58,7 @@ std::string describe_status(int32_t status) {
   constexpr int32_t kOffsBits = kOffsDecreasing | kOffsBeyondM | kOffsMisaligned;
   constexpr int32_t kRoutedBits = kIndexOutOfRange | kCountsNegative | kCountsSumNotN;
   os << ((status & kRoutedBits) != 0 && (status & kOffsBits) == 0 ? "bad routing"
-                                                                   : "malformed offs")
+                                                                  : "malformed offs")
      << " (status " << status << "):";
   if (status & kOffsDecreasing) os << " offsets decrease (or are negative);";
   if (status & kOffsBeyondM) os << " an offset exceeds M;";
@@ -114,7 +114,8 @@ int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts) {
 void quantize_routed(const QuantizeRoutedParams& p) {
   detail::with_op("mxq::quantize_routed", [&] {
     detail::validate(p);
-    MXQ_CHECK(p.workspace != nullptr, "workspace is null (it needs quantize_routed_workspace_bytes(N, E) = ",
+    MXQ_CHECK(p.workspace != nullptr,
+              "workspace is null (it needs quantize_routed_workspace_bytes(N, E) = ",
               padded_rows(p.N, p.num_experts) * 8, " bytes)");
     MXQ_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0,
               "workspace must be 16-byte aligned, got address ", p.workspace);

@@ -149,8 +149,8 @@ void validate(const DequantizeParams& p) {
 void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts) {
   MXQ_CHECK(T >= 0 && T <= kMaxDim, "T (rows of x) must be in [0, 2^31-1], got ", T);
   check_dim("K", K);
-  MXQ_CHECK(N >= 0 && N <= kMaxDim, "N (routed rows, the length of index) must be in [0, 2^31-1], got ",
-            N);
+  MXQ_CHECK(N >= 0 && N <= kMaxDim,
+            "N (routed rows, the length of index) must be in [0, 2^31-1], got ", N);
   MXQ_CHECK(num_experts >= 1 && num_experts <= kMaxGroups, "counts must hold 1 to ", kMaxGroups,
             " experts, got E=", num_experts);
   MXQ_CHECK(padded_rows(N, num_experts) <= kMaxDim,

@@ -118,8 +118,8 @@ static_assert(sizeof(SharedStorage) * Config<>::kMinBlocksPerSm <= 227 * 1024,
 // The outputs of a variant as the kernels test them.
 template <Variant kV>
 struct VariantTraits {
-  static constexpr bool kRouted = kV == Variant::kRoutedRowwise ||
-                                  kV == Variant::kRoutedColwise || kV == Variant::kRoutedDual;
+  static constexpr bool kRouted =
+      kV == Variant::kRoutedRowwise || kV == Variant::kRoutedColwise || kV == Variant::kRoutedDual;
   static constexpr bool kGrouped = kV == Variant::kGroupedRowwise ||
                                    kV == Variant::kGroupedColwise || kV == Variant::kGroupedDual ||
                                    kRouted;
@@ -254,11 +254,11 @@ __device__ __forceinline__ uint4 scale_chunk(uint4 c, float f) {
     if constexpr (kIn == DType::kFloat32) {
       w[i] = __float_as_uint(mul_rn(__uint_as_float(w[i]), f));
     } else if constexpr (kIn == DType::kBFloat16) {
-      w[i] = ptx::cvt_rn_bf16x2_f32(mul_rn(Widen<kIn>::hi(w[i]), f),
-                                    mul_rn(Widen<kIn>::lo(w[i]), f));
+      w[i] =
+          ptx::cvt_rn_bf16x2_f32(mul_rn(Widen<kIn>::hi(w[i]), f), mul_rn(Widen<kIn>::lo(w[i]), f));
     } else {
-      w[i] = ptx::cvt_rn_f16x2_f32(mul_rn(Widen<kIn>::hi(w[i]), f),
-                                   mul_rn(Widen<kIn>::lo(w[i]), f));
+      w[i] =
+          ptx::cvt_rn_f16x2_f32(mul_rn(Widen<kIn>::hi(w[i]), f), mul_rn(Widen<kIn>::lo(w[i]), f));
     }
   }
   return c;

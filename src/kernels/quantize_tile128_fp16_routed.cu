@@ -4,5 +4,5 @@
 
 namespace mxq::kernels {
 template void launch_tile128<DType::kFloat16, true>(const TileParams&, Variant, ScalingMode,
-                                                  cudaStream_t);
+                                                    cudaStream_t);
 }  // namespace mxq::kernels

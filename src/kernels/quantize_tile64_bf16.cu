@@ -3,5 +3,5 @@
 
 namespace mxq::kernels {
 template void launch_tile64<DType::kBFloat16, false>(const TileParams&, Variant, ScalingMode,
-                                              cudaStream_t);
+                                                     cudaStream_t);
 }  // namespace mxq::kernels

@@ -91,7 +91,8 @@ inline RoutedProblem make_routed_problem(DType dtype, int64_t T, int64_t K, int6
       p.counts[static_cast<size_t>(E / 2)] = N;
       break;
     case Routing::kEmpty:
-      for (int64_t r = 0; r < N; ++r) ++p.counts[static_cast<size_t>(any_expert(rng) % 3 * (E / 3))];
+      for (int64_t r = 0; r < N; ++r)
+        ++p.counts[static_cast<size_t>(any_expert(rng) % 3 * (E / 3))];
       break;
     case Routing::kAligned: {
       int64_t left = N;

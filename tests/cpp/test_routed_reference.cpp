@@ -35,10 +35,12 @@ std::vector<RefCase> ref_cases() {
       }
     }
   }
-  cases.push_back({DType::kBFloat16, ScalingMode::kRceil, Routing::kRandom, true, 300, 64, 600, 256});
+  cases.push_back(
+      {DType::kBFloat16, ScalingMode::kRceil, Routing::kRandom, true, 300, 64, 600, 256});
   cases.push_back({DType::kFloat16, ScalingMode::kFloor, Routing::kEmpty, true, 17, 32, 40, 33});
   cases.push_back({DType::kBFloat16, ScalingMode::kRceil, Routing::kRandom, false, 8, 96, 0, 5});
-  cases.push_back({DType::kFloat32, ScalingMode::kRceil, Routing::kOneExpert, true, 64, 288, 257, 1});
+  cases.push_back(
+      {DType::kFloat32, ScalingMode::kRceil, Routing::kOneExpert, true, 64, 288, 257, 1});
   return cases;
 }
 
@@ -111,7 +113,8 @@ TEST(RoutedReferenceErrors, IndexOutOfRange) {
   c.p.index[5] = -1;
   expect_error(c.params(), "index[5]=-1 is outside [0, T)");
   // Nothing written.
-  EXPECT_TRUE(std::all_of(c.o.q_row.begin(), c.o.q_row.end(), [](uint8_t b) { return b == kPoison; }));
+  EXPECT_TRUE(
+      std::all_of(c.o.q_row.begin(), c.o.q_row.end(), [](uint8_t b) { return b == kPoison; }));
   EXPECT_TRUE(std::all_of(c.o.offs_p.begin(), c.o.offs_p.end(),
                           [](int32_t v) { return v == int32_t(0xA5A5A5A5); }));
 }
