@@ -250,15 +250,16 @@ def test_linear_experts_and_combine(device):
     _identical(got, want, "linear experts", ("y", "dx", "d scores", "dW"))
 
 
+@pytest.mark.parametrize("routed", ROUTED)
 @pytest.mark.parametrize("device", DEVICES)
-def test_compiled_fullgraph_matches_eager(device):
+def test_compiled_fullgraph_matches_eager(device, routed):
     """torch.compile(fullgraph=True) of dispatch -> SwiGLU -> combine, forward and backward: bitwise eager with
     backend="aot_eager"; with inductor (emulate_precision_casts, so it rounds the bf16 intermediates as eager does)
     bitwise but for d scores, whose fp32 row sums inductor reduces in its own order."""
     x, dout = _inputs(device, torch.bfloat16, seed=9)
     scores, ids = _routing("router", device, seed=9)
     ws = _weights(device, seed=9)
-    fn = dispatcher_moe(TokenDispatcher(E, routed_quantization="unfused"))
+    fn = dispatcher_moe(TokenDispatcher(E, routed_quantization=routed))
     eager = _run(fn, x, scores, ids, ws, dout)
     torch._dynamo.reset()
     graphs = _run(torch.compile(fn, fullgraph=True, backend="aot_eager"), x, scores, ids, ws, dout)
