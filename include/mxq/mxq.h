@@ -5,7 +5,8 @@
 // outputs whose pointers are set — rowwise (q_row, s_row), colwise (q_col, s_col), or all four. A
 // null data/scale pair skips that axis. mxq::ref::quantize(p) is the bit-exact CPU reference of
 // the same call (host pointers). mxq::quantize_composed(p, workspace) is the three-kernel baseline
-// the fused kernel replaces (benchmarks compare against it).
+// the fused kernel replaces (benchmarks compare against it). mxq::quantize_routed(p) is the MoE
+// input stage: gather routed rows of x, pad each expert's rows to 32, quantize both axes (below).
 //
 //   mxq::QuantizeParams p;
 //   p.x = x; p.M = M; p.K = K;                       // bf16, row-major, device memory
