@@ -22,8 +22,8 @@ int tile_rows(const QuantizeParams& p) {
   return half_tiles <= resident ? kAtomRows / 2 : kAtomRows;
 }
 
-TileParams tile_params(const QuantizeParams& p) {
-  TileParams t{};
+RoutedTileParams tile_params(const QuantizeParams& p) {
+  RoutedTileParams t{};
   t.x = static_cast<const uint16_t*>(p.x);
   t.M = p.M;
   t.K = p.K;
@@ -42,7 +42,8 @@ TileParams tile_params(const QuantizeParams& p) {
 }
 
 // The tile kernel of t's height and the input type, for `variant`.
-void launch(const TileParams& t, Variant variant, DType in, ScalingMode mode, cudaStream_t stream) {
+void launch(const RoutedTileParams& t, Variant variant, DType in, ScalingMode mode,
+            cudaStream_t stream) {
   const bool routed = variant == Variant::kRoutedRowwise || variant == Variant::kRoutedColwise ||
                       variant == Variant::kRoutedDual;
   dispatch_bool(routed, [&](auto r) {
@@ -111,7 +112,7 @@ void launch_quantize_routed(const QuantizeRoutedParams& p) {
   q.q_col = p.q_col;
   q.s_col = p.s_col;
   if (nothing_to_write(q)) return;
-  kernels::TileParams t = kernels::tile_params(q);
+  kernels::RoutedTileParams t = kernels::tile_params(q);
   t.route = route;
   t.scaled = p.scale != nullptr;
   const Variant variant = !q.colwise()   ? Variant::kRoutedRowwise
@@ -123,12 +124,12 @@ void launch_quantize_routed(const QuantizeRoutedParams& p) {
 // The baseline: the rowwise kernel (M-groups s_row itself when grouped: the layout is the same
 // kernel's), the colwise kernel writing plain S_col, and to_blocked placing it.
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace) {
-  kernels::TileParams row = kernels::tile_params(p);
+  kernels::RoutedTileParams row = kernels::tile_params(p);
   row.q_col = row.s_col = nullptr;
   row.status = nullptr;  // to_blocked reports on offs
   const Variant row_variant = p.offs == nullptr ? Variant::kRowwise : Variant::kGroupedRowwise;
   kernels::launch(row, row_variant, p.dtype, p.scaling_mode, p.stream);
-  kernels::TileParams col = kernels::tile_params(p);
+  kernels::RoutedTileParams col = kernels::tile_params(p);
   col.q_row = col.s_row = nullptr;
   col.s_col = workspace;  // plain S_col (K, M/32)
   col.offs = nullptr;

@@ -53,21 +53,28 @@ struct TileParams {
   int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
   Divider fast;              // by the tiles along the axis a CTA index walks fastest (launch_tiles)
   int rows;                  // tile height: 128 or 64 (16-bit input), 64 (fp32); for the launcher
-  // Routed variants only (after every other field, so the other kernels' code does not change):
-  // row m of the M rows is x's row route[m].row (K elements each), times route[m].scale when
-  // `scaled`.
+};
+
+// A routed launch's parameters: row m of the M rows is x's row route[m].row (K elements each),
+// times route[m].scale when `scaled`. The routed kernels take this, the others TileParams itself,
+// so their code is what it was before routed kernels existed.
+struct RoutedTileParams : TileParams {
   const RouteEntry* route;
   bool scaled;
 };
 
 // One launch of the tile kernel of each family for `variant` and `mode`; kRouted: the routed
-// variants (instantiated in their own translation units), else the others.
+// variants (instantiated in their own translation units; p.route set), else the others (p.route
+// unused).
 template <DType kIn, bool kRouted>
-void launch_tile128(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream);
+void launch_tile128(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                    cudaStream_t stream);
 template <DType kIn, bool kRouted>
-void launch_tile64(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream);
+void launch_tile64(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                   cudaStream_t stream);
 template <bool kRouted>
-void launch_tile_f32(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream);
+void launch_tile_f32(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                     cudaStream_t stream);
 
 // The routing plan of a quantize_routed call (route.cu): offs_p, dest, the RouteEntry of each of
 // the Mp padded rows, the status word.

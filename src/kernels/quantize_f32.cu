@@ -2,5 +2,5 @@
 #include "quantize_f32.cuh"
 
 namespace mxq::kernels {
-template void launch_tile_f32<false>(const TileParams&, Variant, ScalingMode, cudaStream_t);
+template void launch_tile_f32<false>(const RoutedTileParams&, Variant, ScalingMode, cudaStream_t);
 }  // namespace mxq::kernels

@@ -46,9 +46,9 @@ __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock
   return bs.s;
 }
 
-template <ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile_f32_kernel(const TileParams p) {
+// The kernel body, for TileParams or (routed variants) RoutedTileParams.
+template <ScalingMode kMode, Variant kV, class Params>
+__device__ __forceinline__ void tile_f32_body(const Params& p) {
   using C = ConfigF32;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -165,12 +165,29 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
   }
 }
 
+template <ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile_f32_kernel(const TileParams p) {
+  tile_f32_body<kMode, kV>(p);
+}
+template <ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile_f32_routed_kernel(const RoutedTileParams p) {
+  tile_f32_body<kMode, kV>(p);
+}
+
 template <bool kRouted>
-void launch_tile_f32(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream) {
+void launch_tile_f32(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                     cudaStream_t stream) {
   dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
-    launch_tiles<kV>(quantize_tile_f32_kernel<decltype(m)::value, kV>, ConfigF32::kThreads, p,
-                     stream);
+    constexpr ScalingMode kMode = decltype(m)::value;
+    if constexpr (kRouted) {
+      launch_tiles<kV>(quantize_tile_f32_routed_kernel<kMode, kV>, ConfigF32::kThreads, p, stream);
+    } else {
+      launch_tiles<kV>(quantize_tile_f32_kernel<kMode, kV>, ConfigF32::kThreads,
+                       static_cast<const TileParams&>(p), stream);
+    }
   });
 }
 

@@ -3,5 +3,5 @@
 #include "quantize_f32.cuh"
 
 namespace mxq::kernels {
-template void launch_tile_f32<true>(const TileParams&, Variant, ScalingMode, cudaStream_t);
+template void launch_tile_f32<true>(const RoutedTileParams&, Variant, ScalingMode, cudaStream_t);
 }  // namespace mxq::kernels

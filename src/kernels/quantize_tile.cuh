@@ -32,7 +32,8 @@
 //   (scales.cuh plan_tile_places, no second launch); the first CTA barrier after the plan
 //   publishes it. The CTAs past the tiles zero the grouped layouts' slack and write the status
 //   word.
-// - Routed variants (quantize_routed): grouped, with tile row m read from x's row route[m].row
+// - Routed variants (quantize_routed): their own kernels (RoutedTileParams; each family's body is
+//   one inline function of both kernels), grouped, with tile row m read from x's row route[m].row
 //   (route.cu's plan; -1 stages zeros, as past the edge of x), and, with a scale, each thread
 //   multiplies the chunks it staged itself by the row's factor and rounds them to the input type
 //   in place after its cp.async wait, before the barrier the phases already have.
@@ -234,7 +235,7 @@ __device__ __forceinline__ void load_tile(uint4 (*tile)[Config<>::kChunksPerRow]
 // kRowsPerWarp: one 8-byte load per thread, no barrier) and the copies of a row shuffle it from
 // there. A row past the tile (`rows`) or without a source (-1) stages zeros.
 template <int kRowsPerWarp>
-__device__ __forceinline__ RouteEntry route_entry(const TileParams& p, int64_t m0, int rows,
+__device__ __forceinline__ RouteEntry route_entry(const RoutedTileParams& p, int64_t m0, int rows,
                                                   int warp, int lane) {
   const int row = warp * kRowsPerWarp + lane % kRowsPerWarp;
   RouteEntry e{-1, 1.f};
@@ -267,7 +268,7 @@ __device__ __forceinline__ uint4 scale_chunk(uint4 c, float f) {
 // issue_loads of a routed launch: the same copies, each from its row's source row of x.
 template <class Cfg>
 __device__ __forceinline__ void gather_tile(uint4 (*tile)[Config<>::kChunksPerRow],
-                                            const TileParams& p, int64_t k0, int cols,
+                                            const RoutedTileParams& p, int64_t k0, int cols,
                                             const RouteEntry& mine, int warp, int lane) {
   constexpr int kLoadStep = 32 / Cfg::kChunksPerRow;  // 2 rows per warp instruction
   const int chunk = lane % Cfg::kChunksPerRow;
@@ -289,7 +290,7 @@ __device__ __forceinline__ void gather_tile(uint4 (*tile)[Config<>::kChunksPerRo
 // times their rows' factors. Rows without a source stay zero.
 template <class Cfg, DType kIn>
 __device__ __forceinline__ void scale_gathered(uint4 (*tile)[Config<>::kChunksPerRow],
-                                               const TileParams& p, int cols,
+                                               const RoutedTileParams& p, int cols,
                                                const RouteEntry& mine, int warp, int lane) {
   if (!p.scaled) return;
   constexpr int kLoadStep = 32 / Cfg::kChunksPerRow;
@@ -457,16 +458,16 @@ inline int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
 
 // Launches `kernel`, the tile kernel of variant kV, over the tiles of params (and the appended
 // CTAs of a grouped variant).
-template <Variant kV>
-void launch_tiles(void (*kernel)(TileParams), int threads, const TileParams& params,
-                  cudaStream_t stream) {
+// Params: TileParams, or RoutedTileParams for a routed kernel.
+template <Variant kV, class Params>
+void launch_tiles(void (*kernel)(Params), int threads, const Params& params, cudaStream_t stream) {
   using V = VariantTraits<kV>;
   constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorage));
   const int64_t grid =
       params.tiles + (V::kGrouped ? appended_ctas(params, V::kRowwise, V::kCol) : 0);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   if (grid == 0) return;
-  TileParams p = params;
+  Params p = params;
   p.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
   launch_dependent(kernel, static_cast<unsigned>(grid), threads, smem_bytes, stream, p);
 }

@@ -16,9 +16,9 @@
 
 namespace mxq::kernels {
 
-template <DType kIn, ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile128_kernel(const TileParams p) {
+// The kernel body, for TileParams or (routed variants) RoutedTileParams.
+template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+__device__ __forceinline__ void tile128_body(const Params& p) {
   using Cfg = Config<kAtomRows>;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -55,12 +55,30 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
 }
 
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile128_kernel(const TileParams p) {
+  tile128_body<kIn, kMode, kV>(p);
+}
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile128_routed_kernel(const RoutedTileParams p) {
+  tile128_body<kIn, kMode, kV>(p);
+}
+
 template <DType kIn, bool kRouted>
-void launch_tile128(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream) {
+void launch_tile128(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                    cudaStream_t stream) {
   dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
-    launch_tiles<kV>(quantize_tile128_kernel<kIn, decltype(m)::value, kV>, Config<>::kThreads, p,
-                     stream);
+    constexpr ScalingMode kMode = decltype(m)::value;
+    if constexpr (kRouted) {
+      launch_tiles<kV>(quantize_tile128_routed_kernel<kIn, kMode, kV>, Config<>::kThreads, p,
+                       stream);
+    } else {
+      launch_tiles<kV>(quantize_tile128_kernel<kIn, kMode, kV>, Config<>::kThreads,
+                       static_cast<const TileParams&>(p), stream);
+    }
   });
 }
 

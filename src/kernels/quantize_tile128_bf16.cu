@@ -2,6 +2,6 @@
 #include "quantize_tile128.cuh"
 
 namespace mxq::kernels {
-template void launch_tile128<DType::kBFloat16, false>(const TileParams&, Variant, ScalingMode,
+template void launch_tile128<DType::kBFloat16, false>(const RoutedTileParams&, Variant, ScalingMode,
                                                       cudaStream_t);
 }  // namespace mxq::kernels

@@ -22,9 +22,9 @@
 
 namespace mxq::kernels {
 
-template <DType kIn, ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile64_kernel(const TileParams p) {
+// The kernel body, for TileParams or (routed variants) RoutedTileParams.
+template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+__device__ __forceinline__ void tile64_body(const Params& p) {
   using Cfg = Config<kAtomRows / 2>;
   using V = VariantTraits<kV>;
   static_assert(Cfg::kRowBlocksPerThread == 1 && Cfg::kColPasses == 1,
@@ -126,12 +126,30 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   }
 }
 
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile64_kernel(const TileParams p) {
+  tile64_body<kIn, kMode, kV>(p);
+}
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile64_routed_kernel(const RoutedTileParams p) {
+  tile64_body<kIn, kMode, kV>(p);
+}
+
 template <DType kIn, bool kRouted>
-void launch_tile64(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream) {
+void launch_tile64(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                   cudaStream_t stream) {
   dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
-    launch_tiles<kV>(quantize_tile64_kernel<kIn, decltype(m)::value, kV>, Config<>::kThreads, p,
-                     stream);
+    constexpr ScalingMode kMode = decltype(m)::value;
+    if constexpr (kRouted) {
+      launch_tiles<kV>(quantize_tile64_routed_kernel<kIn, kMode, kV>, Config<>::kThreads, p,
+                       stream);
+    } else {
+      launch_tiles<kV>(quantize_tile64_kernel<kIn, kMode, kV>, Config<>::kThreads,
+                       static_cast<const TileParams&>(p), stream);
+    }
   });
 }
 

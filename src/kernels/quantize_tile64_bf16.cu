@@ -2,6 +2,6 @@
 #include "quantize_tile64.cuh"
 
 namespace mxq::kernels {
-template void launch_tile64<DType::kBFloat16, false>(const TileParams&, Variant, ScalingMode,
+template void launch_tile64<DType::kBFloat16, false>(const RoutedTileParams&, Variant, ScalingMode,
                                                      cudaStream_t);
 }  // namespace mxq::kernels

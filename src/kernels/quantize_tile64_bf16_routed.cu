@@ -3,6 +3,6 @@
 #include "quantize_tile64.cuh"
 
 namespace mxq::kernels {
-template void launch_tile64<DType::kBFloat16, true>(const TileParams&, Variant, ScalingMode,
+template void launch_tile64<DType::kBFloat16, true>(const RoutedTileParams&, Variant, ScalingMode,
                                                     cudaStream_t);
 }  // namespace mxq::kernels
