@@ -2,7 +2,8 @@
 """Where a kernel's warps spend their time, per phase: a summary of ncu's per-instruction warp sampling.
 
     ncu --section SourceCounters --warp-sampling-interval 0 --cache-control none --clock-control none \\
-        --launch-skip 100 --launch-count 5 -k regex:quantize_tile_kernel -o prof  build/tools/mxq bench ...
+        --launch-skip 100 --launch-count 5 -k regex:quantize_tile_kernel -o prof \\
+        python3 benchmarks/bench.py --shapes 512x4096 --ops fused --no-verify
     ncu --import prof.ncu-rep --page source --csv --print-source sass > prof.csv
     python3 benchmarks/sass_profile.py prof.csv [--top 15]
 

@@ -1,0 +1,882 @@
+#!/usr/bin/env python3
+"""mxq's benchmark: the torch ops timed under CUDA-graph replay against a copy roof measured in the same run.
+
+    python3 benchmarks/bench.py                   # every set; JSON under benchmarks/results/
+    python3 benchmarks/bench.py --quick --plot quick.png
+    python3 benchmarks/bench.py --list            # the cases the options select (no GPU needed)
+    python3 benchmarks/bench.py --eager           # what a call costs from Python without CUDA graphs
+
+Method, columns and JSON schema: benchmarks/README.md. Exit status: 0 ok; 1 an error, differing bytes or a failed
+write (JSON, plot, stdout); 2 a bad option, no CUDA device or no mxq extension with CUDA kernels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import ctypes
+import dataclasses
+import datetime
+import itertools
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+SCHEMA, MIB, POISON = "mxq-bench/3", 1 << 20, 0xA5
+MAIN_SHAPES = ((8192, 2048), (8192, 7168), (32768, 2048), (32768, 7168), (131072, 2048), (131072, 7168), (512, 4096))
+QUICK_SHAPES = ((8192, 2048), (32768, 7168))
+RAGGED_PAIRS = (((8160, 2880), (8192, 3072)), ((32736, 5120), (32768, 5120)))  # (ragged, its aligned neighbour)
+SPLIT_SHAPE = (32768, 7168)  # the grouped and dtypes sets
+SPLITS = (("dense", 0), ("random", 8), ("random", 64), ("random", 256), ("even", 8), ("skewed", 8))
+WEIGHT_SHAPES = ((8, 4096, 7168), (64, 1536, 5120), (128, 768, 2048), (1, 7168, 2048))  # (G, N, K)
+EAGER_SHAPES = ((128, 4096), (512, 4096), (2048, 4096), (8192, 4096))
+SETS = ("main", "ragged", "grouped", "dtypes", "weights")
+OPS = ("rowwise", "colwise", "fused", "composed", "dequantize", "weight", "copy")
+AXES = {"rowwise": ("q_row", "s_row"), "colwise": ("q_col", "s_col"), "fused": ("q_row", "s_row", "q_col", "s_col")}
+NAMES = AXES["fused"]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+ROOF_COPY_BYTES, ROOF_COPIES = (256 * MIB, 1024 * MIB, 4096 * MIB), 30
+TARGET_REPLAY_US, MIN_CALL_US, ESTIMATE_TBPS, WARMUP_ROUNDS = 1000.0, 2.0, 3.0, 2  # graph sizing, never reported
+FULL_CHECK_ELEMENTS, BAND_ROWS = 1 << 25, 1024  # larger blocks: the CPU checks two row bands (verify_block)
+EAGER_CALLS, EAGER_WARMUP, EAGER_GRAPH_CALLS, EAGER_TARGET = 200, 20, 20, 1.5
+Sizes = collections.namedtuple("Sizes", "x q s_row s_col plain groups")  # bytes of one call's tensors
+
+
+class Unavailable(Exception):
+    """No CUDA device or no usable mxq: exit 2."""
+
+
+# ---- cases ----
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One row: `op` on x (M, K) of `dtype`, its rows split `kind` into `groups`; weights: W (experts, M, K)."""
+
+    set: str
+    op: str
+    M: int
+    K: int
+    dtype: str = "bf16"
+    kind: str = "dense"  # dense, random, even, skewed
+    groups: int = 0
+    experts: int = 0
+    scaling: str = ""  # weights: 1x32 or 32x32
+    neighbour: tuple | None = None  # ragged: the aligned shape it is compared with
+
+    elements = property(lambda c: max(c.experts, 1) * c.M * c.K)
+    block = property(lambda c: (c.set, c.M, c.K, c.dtype, c.kind, c.groups, c.experts, c.scaling))  # checked together
+    key = property(lambda c: (c.experts, c.M, c.K, c.dtype))  # cases sharing one set of buffers
+
+    def shape_text(self) -> str:
+        return f"{self.experts}x{self.M}x{self.K}" if self.op == "weight" else f"{self.M}x{self.K}"
+
+    def grouping_text(self) -> str:
+        if self.op == "weight" or self.kind == "dense":
+            return self.scaling or "dense"
+        return f"G={self.groups}" + {"random": "", "even": " even", "skewed": " skew90"}[self.kind]
+
+    def text(self) -> str:
+        return f"{self.set:<8}{self.op:<11}{self.shape_text():<14}{self.dtype:<5}{self.grouping_text():<12}"
+
+    def fields(self) -> dict:  # the case in the JSON's verify and errors entries
+        named = {"set": self.set, "op": self.op, "shape": self.shape_text(), "dtype": self.dtype, "groups": self.groups}
+        return named | {"groups_kind": self.kind, "scaling": self.scaling or None}
+
+
+def plan(a) -> list[Case]:
+    """Every case the options select, set after set, the cases of one block together."""
+    cases = []
+
+    def add(set_, shape, dtype, splits, ops, neighbour=None):
+        cases.extend(Case(set_, op, *shape, dtype, k, g, neighbour=neighbour) for k, g in splits for op in ops)
+
+    for s in a.sets:
+        if s == "main":
+            for shape in a.shapes:  # dense bf16 adds the copy (the shape's own ceiling) after fused
+                add(s, shape, a.dtype, [("dense", 0)], OPS[:3] + ("copy",) * (a.dtype == "bf16") + OPS[3:5])
+                add(s, shape, a.dtype, [("random", g) for g in a.groups], OPS[:5])
+        elif s == "ragged":
+            for ragged, aligned in RAGGED_PAIRS[: 1 if a.quick else 2]:
+                add(s, ragged, a.dtype, [("dense", 0)], OPS[:5], neighbour=aligned)
+                add(s, aligned, a.dtype, [("dense", 0)], OPS[:5])
+        elif s == "grouped":
+            add(s, SPLIT_SHAPE, a.dtype, SPLITS, OPS[:5])
+        elif s == "dtypes":
+            for dtype in DTYPES:
+                add(s, SPLIT_SHAPE, dtype, [("dense", 0)], ("fused", "rowwise", "colwise"))
+        else:
+            cases += [
+                Case(s, "weight", N, K, experts=G, scaling=x) for G, N, K in WEIGHT_SHAPES for x in ("1x32", "32x32")
+            ]
+    return [c for c in cases if c.op in a.ops]
+
+
+def roundup(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def splitmix(seed: int):
+    """uniform(lo, hi) on a SplitMix64 stream: the generator `mxq bench` drew its group sizes with (same offsets)."""
+    state, mask = seed, 2**64 - 1
+
+    def uniform(lo: int, hi: int) -> int:
+        nonlocal state
+        state = (state + 0x9E3779B97F4A7C15) & mask
+        z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return lo + (z ^ (z >> 31)) % (hi - lo + 1)
+
+    return uniform
+
+
+def group_offsets(kind: str, M: int, G: int, seed: int) -> list[int]:
+    """G cumulative end offsets, 32-multiple groups. random: at least one empty group (G >= 2) and an uncovered
+    tail; even: near-equal groups covering M; skewed: one random group holds 90% of M, the others random sizes."""
+    units = M // 32
+    if kind == "even":
+        return [(g + 1) * M // G // 32 * 32 if g + 1 < G else M for g in range(G)]
+    if kind == "random":
+        uniform = splitmix((seed + G) ^ 0xA11CE)
+        covered = units - (uniform(1, max(1, units // 8)) if units >= 2 else 0)
+        ends = sorted(uniform(0, covered) for _ in range(G - 1)) + [covered]
+        if G >= 2 and ends[0] != 0 and all(ends[g] != ends[g - 1] for g in range(1, G)):
+            g = uniform(1, G - 1)  # make group g empty
+            ends[g - 1] = ends[g]
+        return [32 * e for e in ends]
+    uniform = splitmix((seed + G) ^ 0x5CE3)
+    big = units if G == 1 else min(math.floor(0.9 * units + 0.5), units)
+    big_group = uniform(0, G - 1)
+    cuts = sorted(uniform(0, units - big) for _ in range(G - 2)) + [units - big]
+    sizes = [b - a for a, b in zip([0, *cuts], cuts)]
+    sizes.insert(big_group, big)
+    return [32 * e for e in itertools.accumulate(sizes)]
+
+
+# ---- bytes ----
+
+
+def traffic(op: str, z: Sizes) -> tuple[int, int]:
+    """(read, written) bytes of one call. Every op writes every byte of its allocations, padding and slack included
+    (docs/numerics.md §7). composed: the rowwise kernel, the colwise kernel writing plain S_col (K, M/32) to its
+    workspace, the swizzle reading it back and writing s_col. dequantize: q_row and s_row (dense) or q_col and
+    K-groups s_col (grouped) in, bf16 out. weight: W in, both axes and both per-expert scale tensors out (either
+    scaling). copy: x's bytes in and out."""
+    return {
+        "rowwise": (z.x, z.q + z.s_row),
+        "colwise": (z.x, z.q + z.s_col),
+        "fused": (z.x, 2 * z.q + z.s_row + z.s_col),
+        "weight": (z.x, 2 * z.q + z.s_row + z.s_col),
+        "composed": (2 * z.x + z.plain, 2 * z.q + z.s_row + z.plain + z.s_col),
+        "dequantize": (z.q + (z.s_col if z.groups else z.s_row), 2 * z.q),
+        "copy": (z.x, z.x),
+    }[op]
+
+
+def meta_outputs(c: Case) -> dict:
+    """The op's four outputs as meta tensors: the allocations' dtypes, shapes and strides, from the op's Meta impl."""
+    if c.op == "weight":
+        w = torch.empty(c.experts, c.M, c.K, dtype=DTYPES[c.dtype], device="meta")
+        return dict(zip(NAMES, torch.ops.mxq.quantize_weight.default(w, "rceil", c.scaling, True, True)))
+    x = torch.empty(c.M, c.K, dtype=DTYPES[c.dtype], device="meta")
+    offs = torch.empty(c.groups, dtype=torch.int32, device="meta") if c.groups else None
+    return dict(zip(NAMES, torch.ops.mxq.quantize.default(x, 32, "rceil", offs)))
+
+
+def case_bytes(c: Case) -> tuple[int, int, int]:
+    """(read, written, effective) bytes of one call; effective: the fused count for fused and composed (the work)."""
+    m, n = meta_outputs(c), c.elements
+    z = Sizes(n * DTYPES[c.dtype].itemsize, n, m["s_row"].nbytes, m["s_col"].nbytes, n // 32, c.groups)
+    read, written = traffic(c.op, z)
+    return read, written, sum(traffic("fused", z)) if c.op in ("fused", "composed") else read + written
+
+
+def pick_roof(roof: list[dict], nbytes: int) -> dict:
+    """The roof point whose traffic (read + written: twice the copy) is nearest `nbytes` on a log scale."""
+    return min(roof, key=lambda p: abs(math.log(2 * p["copy_bytes"] / nbytes)))
+
+
+def calls_per_graph(nbytes: int, buffers: int) -> int:
+    """A multiple of the buffer count, enough calls for a replay of about TARGET_REPLAY_US."""
+    wanted = min(max(math.ceil(TARGET_REPLAY_US / max(MIN_CALL_US, nbytes / (ESTIMATE_TBPS * 1e6))), 1), 256)
+    return roundup(wanted, buffers)
+
+
+# ---- buffers and calls ----
+
+
+def random_input(rows: int, cols: int, dtype: str, seed: int) -> torch.Tensor:
+    """Uniform in (-1, 1) times 2^e, e drawn per 32x32 tile from [-12, 12]: the same values for every dtype (rounded
+    to nearest even), never NaN or Inf."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.rand(rows, cols, device="cuda", generator=g).mul_(2).sub_(1)
+    e = torch.randint(-12, 13, (rows // 32, 1, cols // 32, 1), device="cuda", generator=g)
+    x.view(rows // 32, 32, cols // 32, 32).mul_(torch.exp2(e.float()))
+    return x.to(DTYPES[dtype])
+
+
+class Workspace:
+    """The rotating buffer sets of one (experts, M, K, dtype): inputs totalling >= 2x L2 at 1 byte an element (so x
+    of any dtype and the e4m3 q that dequantize reads both rotate through twice the L2), outputs sized for the
+    largest group count of its cases. quantize_weight has no out= form: its outputs come from the graph's pool."""
+
+    def __init__(self, c: Case, max_groups: int, l2: int, seed: int):
+        n, shape = c.elements, (c.experts, c.M, c.K) if c.op == "weight" else (c.M, c.K)
+        self.sets = max(2, -(-2 * l2 // n))
+        self.x = [random_input(n // c.K, c.K, c.dtype, seed + i).view(shape) for i in range(self.sets)]
+        self.out = []
+        if c.op != "weight":
+            most = [meta_outputs(dataclasses.replace(c, groups=g)) for g in (0, max_groups)]
+            cap = {k: max(m[k].nbytes for m in most) for k in NAMES}
+            self.out = [{k: torch.empty(cap[k], dtype=torch.uint8, device="cuda") for k in NAMES} for _ in self.x]
+
+    def views(self, i: int, c: Case) -> dict:
+        """Set i's outputs with the dtype, shape and strides of c's grouping."""
+        meta = meta_outputs(c).items()
+        return {k: self.out[i][k][: m.nbytes].view(m.dtype).as_strided(m.shape, m.stride()) for k, m in meta}
+
+
+def copy_into(x: torch.Tensor, out: dict) -> list:
+    """x's bytes into q_row and q_col (bf16 x holds as many), as int64 by an elementwise kernel: a same-dtype copy_
+    would be a cudaMemcpyAsync, which a graph replays as a memcpy node on the copy engines, slower than the roof."""
+    src = x.reshape(-1).view(torch.int64)
+    half = src.numel() // 2
+    pairs = [(src[:half], out["q_row"][: 8 * half]), (src[half:], out["q_col"][: 8 * half])]
+    return [torch.bitwise_and(s, -1, out=d.view(torch.int64)) for s, d in pairs]
+
+
+def make_call(c: Case, ws: Workspace, offs):
+    """One call of c's op on rotation set i, into the set's buffers where the op has an out= form."""
+    ops, x = torch.ops.mxq, ws.x
+    if c.op == "weight":
+        return lambda i: ops.quantize_weight.default(x[i], "rceil", c.scaling, True, True)
+    if c.op == "composed":
+        return lambda i: ops.quantize_composed.default(x[i], 32, "rceil", offs)
+    if c.op == "copy":
+        return lambda i: copy_into(x[i], ws.out[i])
+    outs = [ws.views(i, c) for i in range(ws.sets)]
+    if c.op == "dequantize" and offs is None:  # the forward operand
+        return lambda i: ops.dequantize.default(outs[i]["q_row"], outs[i]["s_row"], None, "blocked")
+    if c.op == "dequantize":  # the wgrad operand
+        return lambda i: ops.dequantize.default(outs[i]["q_col"].t(), outs[i]["s_col"], offs, "k_groups")
+    kw = [{k: o[k] for k in AXES[c.op]} for o in outs]
+    return lambda i: ops.quantize.out(x[i], 32, "rceil", offs, **kw[i])
+
+
+# ---- graphs, rounds, roof ----
+
+
+def count_kernel_nodes(graph) -> int | None:
+    """Kernel nodes of a captured graph, through the driver API on torch's cudaGraph_t; None when unknown."""
+    try:
+        cu, ptr = ctypes.CDLL("libcuda.so.1"), ctypes.POINTER
+        cu.cuGraphGetNodes.argtypes = [ctypes.c_void_p, ptr(ctypes.c_void_p), ptr(ctypes.c_size_t)]
+        cu.cuGraphNodeGetType.argtypes = [ctypes.c_void_p, ptr(ctypes.c_int)]
+        handle, n, kind = ctypes.c_void_p(graph.raw_cuda_graph()), ctypes.c_size_t(0), ctypes.c_int(-1)
+        if cu.cuGraphGetNodes(handle, None, ctypes.byref(n)) != 0:
+            return None
+        nodes = (ctypes.c_void_p * n.value)()
+        if cu.cuGraphGetNodes(handle, nodes, ctypes.byref(n)) != 0:
+            return None
+        return sum(cu.cuGraphNodeGetType(v, ctypes.byref(kind)) == 0 and kind.value == 0 for v in nodes[: n.value])
+    except (OSError, AttributeError, RuntimeError):
+        return None
+
+
+@dataclasses.dataclass
+class Timed:
+    case: Case
+    graph: object
+    buffers: int
+    calls: int
+    kernel_nodes: int | None
+    keep: object  # what the graph reads (the workspace, offs): it must outlive the graph
+    samples: list = dataclasses.field(default_factory=list)  # us per call, one per round
+
+
+def capture(c: Case, ws: Workspace, offs, pool) -> Timed:
+    """c's graph: `calls` back-to-back calls rotating over the workspace's sets. What a call allocates stays alive
+    for `buffers` calls, so it rotates too. All graphs share one memory pool: no graph's outputs are read."""
+    call, calls = make_call(c, ws, offs), calls_per_graph(sum(case_bytes(c)[:2]), ws.sets)
+    call(0)  # the first call outside the graph (lazy initialisation)
+    torch.cuda.synchronize()
+    try:
+        graph, kept = torch.cuda.CUDAGraph(keep_graph=True), True
+    except TypeError:  # an older torch: the graph cannot be inspected
+        graph, kept = torch.cuda.CUDAGraph(), False
+    alive = collections.deque(maxlen=ws.sets)
+    with torch.cuda.graph(graph, pool=pool):
+        for i in range(calls):
+            alive.append(call(i % ws.sets))
+    alive.clear()
+    nodes = count_kernel_nodes(graph) if kept else None
+    if kept:
+        graph.instantiate()
+    if nodes is not None and nodes < calls:
+        raise RuntimeError(f"{nodes} kernel nodes for {calls} calls: the op does not launch on the caller's stream")
+    return Timed(c, graph, ws.sets, calls, nodes, (ws, offs))
+
+
+def event_pairs(n: int) -> list:
+    return [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+
+
+def median_ms(fn, n: int) -> float:
+    """The median of n calls of fn, each timed between CUDA events, after 3 untimed ones."""
+    pairs = event_pairs(n + 3)
+    for start, end in pairs:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in pairs[3:])
+
+
+def time_rounds(timed: list[Timed], rounds: int, replays: int) -> None:
+    """Every round replays every graph in turn (`replays` times: their median), so a slow minute of the machine
+    reaches all cases alike; the first WARMUP_ROUNDS are not kept."""
+    for r in range(WARMUP_ROUNDS + rounds):
+        t0, events = time.perf_counter(), [event_pairs(replays) for _ in timed]
+        for t, pairs in zip(timed, events):
+            for start, end in pairs:
+                start.record()
+                t.graph.replay()
+                end.record()
+        torch.cuda.synchronize()
+        for t, pairs in zip(timed, events):
+            if r >= WARMUP_ROUNDS:
+                t.samples.append(statistics.median(s.elapsed_time(e) for s, e in pairs) * 1e3 / t.calls)
+        label = "warm-up" if r < WARMUP_ROUNDS else f"round {r - WARMUP_ROUNDS + 1}/{rounds}"
+        print(f"   {label}: {len(timed)} graphs in {time.perf_counter() - t0:.2f} s", flush=True)
+
+
+def measure_roof(when: str) -> list[float]:
+    """TB/s (read + written) of a device-to-device copy_ (cudaMemcpyAsync) per ROOF_COPY_BYTES: median of
+    ROOF_COPIES copies between events, issued directly (a memcpy node replayed from a graph ran slower)."""
+    src = torch.full((ROOF_COPY_BYTES[-1],), 0x3C, dtype=torch.uint8, device="cuda")
+    dst, tbps = torch.empty_like(src), []
+    for _ in range(150):  # ~0.3 s of copying first: clocks up
+        dst.copy_(src)
+    for n in ROOF_COPY_BYTES:
+        tbps.append(2 * n / median_ms(lambda n=n: dst[:n].copy_(src[:n]), ROOF_COPIES) / 1e9)
+    src = dst = None  # freed before empty_cache
+    torch.cuda.empty_cache()
+    print(f"copy roof ({when}): " + "   ".join(f"{fmt_bytes(n)} {t:.3f} TB/s" for n, t in zip(ROOF_COPY_BYTES, tbps)))
+    return tbps
+
+
+# ---- checks against the CPU reference ----
+
+
+def mismatches(a: torch.Tensor, b: torch.Tensor, strides: bool = True) -> int:
+    """Bytes that differ (on a's device); all of them when dtype, shape or (if asked) strides differ. Equal strides
+    compare in storage order, so q_col's (1, M) strides cost no copy."""
+    if a.dtype != b.dtype or a.shape != b.shape or (strides and a.stride() != b.stride()):
+        return max(a.nbytes, b.nbytes, 1)
+    order = sorted(range(a.dim()), key=lambda d: -a.stride(d)) if a.stride() == b.stride() else range(a.dim())
+    a, b = (t.permute(*order).contiguous().view(-1).view(torch.uint8) for t in (a, b))
+    return int((a != b.to(a.device)).sum())
+
+
+def run_op(op: str, c: Case, x: torch.Tensor, offs, fused: dict | None = None, grouped: bool | None = None) -> dict:
+    """c's op on x, CUDA or CPU (the CPU dispatch is the bit-exact reference); out= forms into poisoned outputs.
+    dequantize reads `fused`: q_row, s_row, or when `grouped` (default: offs given) q_col, s_col."""
+    ops = torch.ops.mxq
+    if op in AXES:
+        meta = ops.quantize.default(x.to("meta"), 32, "rceil", None if offs is None else offs.to("meta"))
+        out = {k: torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device=x.device) for k, m in zip(NAMES, meta)}
+        out = {k: t.view(torch.uint8).fill_(POISON).view(t.dtype) for k, t in out.items() if k in AXES[op]}
+        ops.quantize.out(x, 32, "rceil", offs, **out)
+        return out
+    if op in ("composed", "weight"):
+        args = (x, 32, "rceil", offs) if op == "composed" else (x, "rceil", c.scaling, True, True)
+        return dict(zip(NAMES, getattr(ops, "quantize_" + op).default(*args)))
+    if offs is not None if grouped is None else grouped:  # the wgrad operand
+        layout = "blocked" if offs is None else "k_groups"
+        return {"out": ops.dequantize.default(fused["q_col"].t(), fused["s_col"], offs, layout)}
+    return {"out": ops.dequantize.default(fused["q_row"], fused["s_row"], None, "blocked")}
+
+
+def unblock(s: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """The (rows, cols) matrix of a blocked layout (docs/numerics.md §5.2): 128x4 atoms, rows in four 32-row bands."""
+    return s.reshape(rows // 128, cols // 4, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(rows, cols)
+
+
+def plain_scales(name: str, s: torch.Tensor, M: int, K: int, offs: list | None) -> torch.Tensor:
+    """S_row (M, K/32) or S_col (K, covered tokens / 32) from a blocked, M-groups or K-groups allocation (§6)."""
+    s, rows, pieces, start, prev = s.cpu().view(torch.uint8).reshape(-1), roundup(K, 128), [], 0, 0
+    if name == "s_row":
+        p = unblock(s, s.numel() // roundup(K // 32, 4), roundup(K // 32, 4))
+        for end in [M] if offs is None else [*offs, M]:  # G groups and the tail, each from an atom row
+            pieces.append(p[start : start + end - prev, : K // 32])
+            start, prev = start + roundup(end - prev, 128), end
+        return torch.cat(pieces)
+    for end in [M] if offs is None else offs:  # the tail's colwise scales are not placed
+        cols = (end - prev) // 32
+        pieces.append(unblock(s[start * rows : (start + roundup(cols, 4)) * rows], rows, roundup(cols, 4))[:K, :cols])
+        start, prev = start + roundup(cols, 4), end
+    return torch.cat(pieces, 1)
+
+
+def band(name: str, t: torch.Tensor, rows: tuple, M: int, K: int, offs, cover: int, grouped: bool) -> torch.Tensor:
+    """Rows [a, b) of an output of x (M, K) on the CPU, scales as plain matrices; s_col and the grouped dequantize
+    output (K, M) only up to `cover`, the end of the covered tokens (the tail has no colwise scales)."""
+    a, b = rows
+    end = max(a, min(b, cover))
+    if name in ("s_row", "s_col"):
+        p = plain_scales(name, t, M, K, offs)
+        return p[a:b] if name == "s_row" else p[:, a // 32 : end // 32]
+    return (t[:, a:end] if name == "out" and grouped else t[a:b]).cpu()
+
+
+def verify_block(block: list[Case], ws: Workspace, offs, offs_list: list | None) -> list[dict]:
+    """The block's GPU outputs against the same ops on the CPU: every byte up to FULL_CHECK_ELEMENTS; above, the
+    first and last BAND_ROWS rows (weights: experts) against the CPU ops on those rows (scales compared as plain
+    matrices), and every byte of rowwise, colwise and composed against fused on the device. copy == x's bytes."""
+    c0, x, ops, records = block[0], ws.x[0], [c.op for c in block], []
+    full, grouped = c0.elements <= FULL_CHECK_ELEMENTS, offs is not None
+
+    def record(op: str, check: str, pairs: list, strides: bool = True) -> None:
+        bad, nbytes = sum(mismatches(r, t, strides) for r, t in pairs), sum(r.nbytes for r, _ in pairs)
+        records.append(c0.fields() | {"op": op, "check": check, "bytes": nbytes, "mismatches": bad, "ok": bad == 0})
+
+    if "copy" in ops:
+        got = copy_into(x, {k: torch.full_like(ws.out[0][k], POISON) for k in ("q_row", "q_col")})
+        record("copy", "== x (device)", [(x.reshape(-1).view(torch.uint8), torch.cat(got).view(torch.uint8))])
+    needs_fused = c0.op != "weight" and ("dequantize" in ops or not full)
+    gpu_fused = run_op("fused", c0, x, offs) if needs_fused else None
+    gpu = {op: gpu_fused if op == "fused" else run_op(op, c0, x, offs, gpu_fused) for op in ops if op != "copy"}
+    for op in set(gpu) & {"rowwise", "colwise", "composed"} if not full else ():
+        record(op, "== fused (device)", [(gpu_fused[k], gpu[op][k]) for k in gpu[op]])
+    last = c0.experts if c0.op == "weight" else c0.M
+    n, cover = min(last, 1 if c0.op == "weight" else BAND_ROWS), (offs_list or [c0.M])[-1]
+    xs = {(a, b): x[a:b].cpu() for a, b in ([(0, last)] if full else {(0, n), (last - n, last)})}
+    for op, g in gpu.items():
+        pairs = []
+        for (a, b), xb in xs.items():
+            ob = offs.cpu() if full and grouped else None  # a band is quantized dense (placement aside, the same)
+            ref = run_op(op, c0, xb, ob, run_op("fused", c0, xb, ob) if op == "dequantize" else None, grouped)
+            for k, r in ref.items():
+                if full or c0.op == "weight":  # the whole tensor byte for byte, or whole experts
+                    pairs.append((r, g[k] if full else g[k][a:b]))
+                    continue
+                mine = band(k, r, (0, b - a), b - a, c0.K, None, min(b, cover) - a, grouped)
+                pairs.append((mine, band(k, g[k], (a, b), c0.M, c0.K, offs_list, cover, grouped)))
+        unit = "experts" if c0.op == "weight" else "rows"
+        record(op, "== cpu" if full else f"== cpu (first and last {n} {unit})", pairs, full)
+    return records
+
+
+# ---- the run ----
+
+
+def gpu_facts() -> dict:
+    p, driver = torch.cuda.get_device_properties(torch.cuda.current_device()), ctypes.c_int(0)
+    try:
+        ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(driver))
+    except OSError:
+        pass
+    facts = {"name": p.name, "compute_capability": f"{p.major}.{p.minor}", "sm_count": p.multi_processor_count}
+    facts |= {"l2_bytes": getattr(p, "L2_cache_size", 0), "memory_bytes": p.total_memory}
+    v = driver.value
+    return facts | {"driver": f"{v // 1000}.{v % 1000 // 10}", "torch": torch.__version__, "cuda": torch.version.cuda}
+
+
+def commit() -> str:
+    """MXQ_COMMIT when set (a copy without .git; the package's commit in an A/B), else git's short HEAD."""
+    if os.environ.get("MXQ_COMMIT"):
+        return os.environ["MXQ_COMMIT"]
+    git = lambda *a: subprocess.run(["git", *a], cwd=HERE, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        return git("rev-parse", "--short", "HEAD") + "-dirty" * bool(git("status", "--porcelain", "-uno"))
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def output_path(given, prefix: str, gpu: str) -> Path | None:
+    """--json's path (`-`: none; default benchmarks/results/<prefix><gpu>_<date>[_n].json), checked writable now (a
+    file made for the check is removed again): a bad path fails before the run, not after it."""
+    if given == "-":
+        return None
+    stem = HERE / "results" / f"{prefix}{re.sub(r'[^a-z0-9]+', '-', gpu.lower()).strip('-')}_{datetime.date.today()}"
+    paths = (Path(f"{stem}{f'_{n}' * (n > 1)}.json") for n in itertools.count(1))
+    path = Path(given) if given else next(p for p in paths if not p.exists())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    existed = path.exists()
+    path.open("a").close()
+    if not existed:
+        path.unlink()
+    return path
+
+
+def capture_all(a, cases: list[Case], l2: int) -> tuple[list, list, list, dict]:
+    """Block by block: buffers, offsets, the checks, then one graph per case. (timed, verify, errors, offs)."""
+    workspaces, timed, verify, errors, offs_record = {}, [], [], [], {}
+    pool, index, max_groups = torch.cuda.graph_pool_handle(), itertools.count(1), collections.defaultdict(int)
+    for c in cases:
+        max_groups[c.key] = max(max_groups[c.key], c.groups)
+
+    def fail(c: Case, e: Exception) -> None:
+        errors.append(c.fields() | {"message": f"{type(e).__name__}: {e}"})
+        print(f"[{next(index):>3}/{len(cases)}] {c.text()} FAILED: {errors[-1]['message']}", flush=True)
+
+    for block in [list(b) for _, b in itertools.groupby(cases, lambda c: c.block)]:
+        c0 = block[0]
+        try:
+            if c0.key not in workspaces:
+                ws = workspaces[c0.key] = Workspace(c0, max_groups[c0.key], l2, a.seed)
+                print(f"-- {c0.shape_text()} {c0.dtype}: {ws.sets} buffer sets of {fmt_bytes(ws.x[0].nbytes)} input")
+            ws, offs_list = workspaces[c0.key], group_offsets(c0.kind, c0.M, c0.groups, a.seed) if c0.groups else None
+            offs = torch.tensor(offs_list, dtype=torch.int32, device="cuda") if offs_list else None
+            if offs_list:
+                offs_record[f"{c0.M}x{c0.K}/{c0.groups}" + f"-{c0.kind}" * (c0.kind != "random")] = offs_list
+            if a.verify:
+                verify += (checks := verify_block(block, ws, offs, offs_list))
+                said = [
+                    f"{r['op']} {r['check']} " + ("ok" if r["ok"] else f"{r['mismatches']} bytes DIFFER")
+                    for r in checks
+                ]
+                print(f"   verify {c0.set} {c0.grouping_text()}: " + ", ".join(said), flush=True)
+            if any(c.op == "dequantize" for c in block):  # valid q and scales for dequantize to read
+                for i in range(ws.sets):
+                    torch.ops.mxq.quantize.out(ws.x[i], 32, "rceil", offs, **ws.views(i, c0))
+        except Exception as e:  # noqa: BLE001 (one bad block must not cost the other rows)
+            for c in block:
+                fail(c, e)
+            continue
+        for c in block:
+            try:
+                timed.append(t := capture(c, ws, offs, pool))
+                said = f"{t.buffers} buffers, {t.calls} calls/graph, {t.kernel_nodes} kernel nodes"
+                print(f"[{next(index):>3}/{len(cases)}] {c.text()} {said}", flush=True)
+            except Exception as e:  # noqa: BLE001
+                fail(c, e)
+    return timed, verify, errors, offs_record
+
+
+def run_bench(a, cases: list[Case], mxq) -> int:
+    gpu = gpu_facts()
+    l2, json_path, render = gpu["l2_bytes"] or 128 * MIB, output_path(a.json, "", gpu["name"]), load_plot(a.plot)
+    print(
+        f"bench.py on {gpu['name']} (cc {gpu['compute_capability']}, {gpu['sm_count']} SMs, L2 {fmt_bytes(l2)}), "
+        f"driver {gpu['driver']}, torch {gpu['torch']} (CUDA {gpu['cuda']}), mxq {commit()} from "
+        f"{Path(mxq.__file__).parent}: {len(cases)} cases, sets {','.join(a.sets)}"
+    )
+    start = measure_roof("start")
+    timed, verify, errors, offs = capture_all(a, cases, l2)
+    print(f"timing {len(timed)} graphs: {a.rounds} rounds, each replaying every graph {a.replays}x in turn", flush=True)
+    time_rounds(timed, a.rounds, a.replays)
+    for t in timed:
+        t.graph = t.keep = None
+    torch.cuda.empty_cache()
+    end = measure_roof("end")
+    roof = [
+        {"copy_bytes": n, "TBps": round(max(s, e), 4), "TBps_start": round(s, 4), "TBps_end": round(e, 4)}
+        for n, s, e in zip(ROOF_COPY_BYTES, start, end)
+    ]
+    results = [(t.case, make_row(t, roof)) for t in timed]
+    for s in a.sets:
+        print(f"\n## {s}\n\n{set_table(results, s)}")
+    print(summary(results, l2))
+    method = {"rounds": a.rounds, "replays": a.replays, "warmup_rounds": WARMUP_ROUNDS, "seed": a.seed}
+    method |= {"dtype": a.dtype, "scaling_mode": "rceil", "roof_copies": ROOF_COPIES, "verify": a.verify}
+    method |= {"full_check_elements": FULL_CHECK_ELEMENTS, "band_rows": BAND_ROWS, "described": "benchmarks/README.md"}
+    doc = {"schema": SCHEMA, "date": now(), "commit": commit(), "mxq": str(Path(mxq.__file__).parent), "gpu": gpu}
+    doc |= {"sets": a.sets, "method": method, "roof": roof, "rows": [r for _, r in results], "verify": verify}
+    write_outputs(doc | {"errors": errors, "offs": offs}, json_path, render, a.plot)
+    bad = [v for v in verify if not v["ok"]]
+    for e in errors:
+        print(
+            f"FAILED: {e['set']} {e['op']} {e['shape']} {e['dtype']} {e['groups_kind']} {e['groups']}: {e['message']}"
+        )
+    if bad:
+        print(f"FAILED: {len(bad)} checks found differing bytes (verify in the JSON)")
+    return 1 if errors or bad else 0
+
+
+def make_row(t: Timed, roof: list[dict]) -> dict:
+    c, (read, written, effective) = t.case, case_bytes(t.case)
+    us, p = statistics.median(t.samples), pick_roof(roof, read + written)
+    align = next(n for n in (128, 64, 32) if c.M % n == 0 and c.K % n == 0)
+    row = {"set": c.set, "op": c.op, "M": max(c.experts, 1) * c.M, "K": c.K, "dtype": c.dtype, "groups": c.groups}
+    row |= {"groups_kind": c.kind, "align": align, "aligned128": align == 128}
+    if c.neighbour:
+        row["neighbour"] = {"M": c.neighbour[0], "K": c.neighbour[1]}
+    if c.op == "weight":
+        row |= {"experts": c.experts, "N": c.M, "scaling": c.scaling}
+    row |= {"us": us, "us_min": min(t.samples), "us_max": max(t.samples), "bytes_read": read, "bytes_written": written}
+    row |= {"bytes": read + written, "TBps": (read + written) / us / 1e6, "effective_bytes": effective}
+    row |= {"effective_TBps": effective / us / 1e6, "roof_TBps": p["TBps"], "roof_copy_bytes": p["copy_bytes"]}
+    row |= {"pct_roof": 100 * row["TBps"] / p["TBps"], "buffers": t.buffers, "calls_per_graph": t.calls}
+    return {k: round(v, 4) if isinstance(v, float) else v for k, v in (row | {"kernel_nodes": t.kernel_nodes}).items()}
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# ---- tables and files ----
+
+
+def fmt_bytes(n: float) -> str:
+    e = min(int(math.log(max(n, 1), 1024)), 4)
+    return f"{n / 1024**e:.1f} {('B', 'KiB', 'MiB', 'GiB', 'TiB')[e]}"
+
+
+def md_table(header: list, body: list) -> str:
+    """A markdown table, the first column left-aligned, the others right-aligned."""
+    cells = [[str(v) for v in r] for r in (header, *body)]
+    w = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["| " + " | ".join(v.rjust(w[i]) if i else v.ljust(w[0]) for i, v in enumerate(r)) + " |" for r in cells]
+    lines.insert(1, "|" + "|".join("-" * (n + 1) + ":" if i else ":" + "-" * (n + 1) for i, n in enumerate(w)) + "|")
+    return "\n".join(lines)
+
+
+def partner(results: list, c: Case, **change) -> dict | None:
+    """The row of the case like c but for the fields in `change`."""
+    other = dataclasses.replace(c, neighbour=None, **change)
+    return next((r for d, r in results if dataclasses.replace(d, neighbour=None) == other), None)
+
+
+def ratio(a: dict | None, b: dict | None, key: str) -> str:
+    return f"{a[key] / b[key]:.2f}x" if a and b and a is not b else "-"
+
+
+def cell(row: dict | None, key: str, spec: str) -> str:
+    return format(row[key], spec) if row else "-"
+
+
+SET_COLUMNS = {"main": ["dtype", "groups"], "ragged": ["align"], "grouped": ["groups"], "dtypes": ["dtype"]}
+SET_EXTRAS = {"ragged": ["TB/s vs aligned"], "grouped": ["TB/s vs dense", "skew vs even"], "dtypes": ["time vs bf16"]}
+
+
+def set_table(results: list, s: str) -> str:
+    """One set's rows (outside main op by op) with the columns that the set compares."""
+    body, columns = [], SET_COLUMNS.get(s, ["scaling"])
+    for c, r in sorted([cr for cr in results if cr[0].set == s], key=lambda cr: s == "main" or OPS.index(cr[0].op)):
+        named = {"dtype": c.dtype, "groups": c.grouping_text(), "align": r["align"], "scaling": c.scaling}
+        eff = f"{r['effective_TBps']:.3f}" if c.op in ("fused", "composed") else ""
+        cells = [c.op, c.shape_text(), *(named[k] for k in columns), f"{r['us']:.1f}", fmt_bytes(r["bytes"])]
+        cells += [f"{r['TBps']:.3f}", f"{r['pct_roof']:.1f}", eff]
+        if s == "ragged":
+            n = c.neighbour and partner(results, c, M=c.neighbour[0], K=c.neighbour[1])
+            cells.append(f"{ratio(r, n, 'TBps')} ({c.neighbour[0]}x{c.neighbour[1]})" if n else "")
+        elif s == "grouped":
+            even = c.kind == "skewed" and partner(results, c, kind="even")
+            cells += [ratio(r, partner(results, c, kind="dense", groups=0), "TBps"), ratio(r, even, "TBps")]
+        elif s == "dtypes":
+            cells.append(ratio(r, partner(results, c, dtype="bf16"), "us"))
+        body.append(cells)
+    header = ["op", "shape", *columns, "us", "moved", "TB/s", "% roof", "eff. TB/s", *SET_EXTRAS.get(s, [])]
+    return md_table(header, body)
+
+
+def summary(results: list, l2: int) -> str:
+    """Fused against composed and the copy in the main set, and fused's share of the roof at the bandwidth shapes."""
+    body, pct = [], []
+    for c, r in results:
+        if c.set == "main" and c.op == "fused":
+            comp, copy = partner(results, c, op="composed"), partner(results, c, op="copy")
+            pct += [r["pct_roof"]] * (r["bytes"] >= 2 * l2)
+            cells = [c.shape_text(), c.grouping_text(), f"{r['us']:.1f}", cell(comp, "us", ".1f"), ratio(comp, r, "us")]
+            cells += [f"{r['effective_TBps']:.3f}", f"{r['pct_roof']:.1f}", cell(comp, "effective_TBps", ".3f")]
+            body.append([*cells, cell(copy, "pct_roof", ".1f")])
+    header = ["shape", "groups", "fused us", "composed us", "speedup", "fused eff. TB/s", "fused % roof"]
+    text = "\n## main: fused vs composed (eff. TB/s: fused bytes / time)\n\n" if body else ""
+    text += md_table(header + ["composed eff. TB/s", "copy % roof"], body) if body else ""
+    if pct:
+        text += f"\n\nfused % of copy roof over {len(pct)} bandwidth cases (fused traffic >= 2x L2): min "
+        text += f"{min(pct):.1f}%, median {statistics.median(pct):.1f}%, max {max(pct):.1f}%"
+    return text
+
+
+def load_plot(path: Path | None):
+    """plot.render, imported before the run: a missing matplotlib or a bad path fails at once."""
+    if path is None:
+        return None
+    output_path(str(path), "", "")
+    import plot  # benchmarks/plot.py (the script's directory is on sys.path)
+
+    plot.require_matplotlib()
+    return plot.render
+
+
+def write_outputs(doc: dict, json_path: Path | None, render, plot_path: Path | None) -> None:
+    if json_path:
+        json_path.write_text(json.dumps(doc, indent=1, allow_nan=False) + "\n")
+        print(f"\nwrote {json_path}")
+    if render:
+        render(doc, plot_path)
+        print(f"wrote {plot_path}")
+
+
+# ---- eager host cost ----
+
+
+def time_eager(rows: dict, rounds: int) -> dict:
+    """Per row [eager, host] us per call: EAGER_CALLS calls from a synchronize to the synchronize after them (eager)
+    or to the return of the last call (host: the calling thread's cost); median of rounds, the rows in turn."""
+    for fn in rows.values():
+        for _ in range(EAGER_WARMUP):
+            fn()
+    samples = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(EAGER_CALLS):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            samples[name].append(((time.perf_counter() - t0) * 1e6 / EAGER_CALLS, (t1 - t0) * 1e6 / EAGER_CALLS))
+    return {name: [statistics.median(v[i] for v in s) for i in (0, 1)] for name, s in samples.items()}
+
+
+def time_graph(fn, rounds: int) -> float:
+    """GPU us per call of fn under graph replay: EAGER_GRAPH_CALLS captured calls, median of `rounds` replays."""
+    graph = torch.cuda.CUDAGraph()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.empty_like captures no kernel: torch warns about an empty graph
+        with torch.cuda.graph(graph):
+            outs = [fn() for _ in range(EAGER_GRAPH_CALLS)]  # noqa: F841 (alive: the graph writes them)
+    return median_ms(graph.replay, rounds) * 1e3 / EAGER_GRAPH_CALLS
+
+
+def eager_shape(a, mxq, M: int, K: int) -> dict:
+    """mxq.quantize (allocating, out=) beside x.add_(0) and torch.empty_like(x): eager, host and graph us per call."""
+    x = random_input(M, K, "bf16", a.seed)
+    bufs = mxq.empty_quantized(x)
+    rows = {"mxq.quantize(x)": lambda: mxq.quantize(x), "mxq.quantize(x, out=bufs)": lambda: mxq.quantize(x, out=bufs)}
+    rows |= {"x.add_(0)": lambda: x.add_(0), "torch.empty_like(x)": lambda: torch.empty_like(x)}
+    times = time_eager(rows, a.rounds)
+    for name, fn in rows.items():
+        times[name].append(time_graph(fn, a.rounds))
+    print(
+        f"\n## {M}x{K} bf16\n\n"
+        + md_table(["op", "eager us", "host us", "graph us"], [[n, *(f"{v:.2f}" for v in t)] for n, t in times.items()])
+    )
+    add = times["x.add_(0)"]
+    over = {
+        f"{k}_over_add_{m}": round(times[n][i] / add[i], 3)
+        for k, n in zip(("fused", "out"), rows)
+        for i, m in enumerate(("eager", "host"))
+    }
+    return {
+        "M": M,
+        "K": K,
+        "rows": {n: dict(zip(("eager_us", "host_us", "graph_us"), t)) for n, t in times.items()},
+    } | over
+
+
+def run_eager(a, mxq) -> int:
+    gpu = gpu_facts()
+    json_path = output_path(a.json, "eager_", gpu["name"])
+    print(
+        f"bench.py --eager on {gpu['name']}, torch {gpu['torch']} (CUDA {gpu['cuda']}), mxq {commit()}: eager "
+        f"{EAGER_CALLS} calls a loop, graph {EAGER_GRAPH_CALLS} calls a graph, median of {a.rounds} rounds"
+    )
+    shapes = [eager_shape(a, mxq, M, K) for M, K in a.shapes_given or EAGER_SHAPES]
+    keys = ("fused_over_add_eager", "out_over_add_eager", "fused_over_add_host", "out_over_add_host")
+    print(f"\n## per call / x.add_(0) (target <= {EAGER_TARGET}; eager: synchronized wall time, host: issue time)\n")
+    body = [[f"{s['M']}x{s['K']}", *(f"{s[k]:.2f}" for k in keys)] for s in shapes]
+    print(md_table(["shape", "fused eager", "out= eager", "fused host", "out= host"], body))
+    method = {"calls": EAGER_CALLS, "warmup": EAGER_WARMUP, "rounds": a.rounds, "graph_calls": EAGER_GRAPH_CALLS}
+    doc = {"schema": SCHEMA, "mode": "eager", "date": now(), "commit": commit(), "gpu": gpu, "method": method}
+    write_outputs(doc | {"target_ratio": EAGER_TARGET, "eager": shapes}, json_path, None, None)
+    return 0
+
+
+# ---- command line ----
+
+
+def parse_args(argv: list[str] | None):
+    ap = argparse.ArgumentParser(prog="bench.py", description=__doc__.split("\n\n")[0])
+    add = ap.add_argument
+    add("--sets", help=f"{','.join(SETS)} (default all; main with --shapes)")
+    add("--shapes", help="the main set's MxK,... (with --eager: its shapes)")
+    add("--ops", help=f"{','.join(OPS)} (default all)")
+    add("--groups", help="the main set's random group counts (default 4,8,64)")
+    add("--dtype", choices=DTYPES, default="bf16", help="x of the main, ragged and grouped sets")
+    add("--quick", action="store_true", help="main on 8192x2048 and 32768x7168 (dense, G=8), one ragged pair")
+    add("--list", action="store_true", help="print the selected cases and their bytes, and exit (no GPU needed)")
+    add("--rounds", type=int, default=20, help="timed rounds (default 20)")
+    add("--replays", type=int, default=1, help="timed replays of a case per round (default 1)")
+    add("--seed", type=int, default=1, help="inputs and group offsets (default 1)")
+    add("--no-verify", dest="verify", action="store_false", help="skip the checks against the CPU reference")
+    add("--eager", action="store_true", help="time a call from Python without CUDA graphs instead")
+    add("--json", help="results file (default benchmarks/results/<gpu>_<date>.json; - for none)")
+    add("--plot", type=Path, help="also draw the results there (benchmarks/plot.py; needs matplotlib)")
+    a = ap.parse_args(argv)
+    is_shape = lambda v: re.fullmatch(r"\d+x\d+", v) and all(int(n) > 0 and int(n) % 32 == 0 for n in v.split("x"))
+    valid = {"sets": SETS.__contains__, "ops": OPS.__contains__, "shapes": is_shape}
+    valid["groups"] = lambda v: v.isdigit() and 0 < int(v) <= 1024
+    for name, ok in valid.items():  # comma-separated lists
+        values = getattr(a, name) and getattr(a, name).split(",")
+        if values and not all(map(ok, values)):
+            ap.error(f'--{name}: "{next(v for v in values if not ok(v))}" is not valid (see --help)')
+        setattr(a, name, values)
+    if a.rounds < 1 or a.replays < 1 or a.seed < 0 or (a.plot and a.eager):
+        ap.error("--rounds and --replays take at least 1, --seed at least 0; --plot draws the sets, not --eager")
+    a.shapes_given = a.shapes and [tuple(map(int, v.split("x"))) for v in a.shapes]
+    a.sets = [s for s in SETS if s in (a.sets or (["main"] if a.shapes else ["main", "ragged"] if a.quick else SETS))]
+    a.shapes = a.shapes_given or (QUICK_SHAPES if a.quick else MAIN_SHAPES)
+    a.groups = [int(g) for g in a.groups or [8] * a.quick or [4, 8, 64]]
+    a.ops = a.ops or OPS
+    return a
+
+
+def run(argv: list[str] | None) -> int:
+    a = parse_args(argv)
+    try:
+        import mxq
+    except ImportError as e:
+        raise Unavailable(f"cannot import mxq ({e}): set PYTHONPATH=python and MXQ_TORCH_LIBRARY, or pip install .")
+    cases = plan(a)
+    if not cases and not a.eager:
+        print("bench.py: nothing to run: no case of the chosen sets uses the chosen ops", file=sys.stderr)
+        return 1
+    if a.list:
+        for i, c in enumerate(cases, 1):
+            print(f"[{i:>3}/{len(cases)}] {c.text()}{fmt_bytes(sum(case_bytes(c)[:2])):>12}")
+        print(f"{len(cases)} cases")
+        return 0
+    if not torch.cuda.is_available():
+        raise Unavailable(
+            f"no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda}): the benchmark "
+            "needs a GPU; --list runs without one"
+        )
+    if not mxq.has_cuda_kernels():
+        raise Unavailable("the mxq extension has no CUDA kernels (built without nvcc or without a CUDA torch)")
+    return run_eager(a, mxq) if a.eager else run_bench(a, cases, mxq)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        code = run(argv)
+    except Unavailable as e:
+        print(f"bench.py: {e}", file=sys.stderr)
+        code = 2
+    except OSError as e:  # a results file or stdout that cannot be written
+        print(f"bench.py: {e}", file=sys.stderr)
+        code = 1
+    try:
+        sys.stdout.flush()
+    except OSError as e:
+        print(f"bench.py: cannot write the output: {e}", file=sys.stderr)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's own flush must not fail again
+        code = 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

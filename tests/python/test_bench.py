@@ -1,0 +1,190 @@
+"""benchmarks/bench.py without a GPU: the case plan (--list), the byte formula against the real tensors of the CPU ops,
+the group offsets, the scale-layout reading its band checks rely on, the roof pick, the exit codes (no CUDA device:
+2; an output that cannot be written: not 0), and plot.py's reading of a results file."""
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import mxq  # noqa: F401  (registers torch.ops.mxq)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load("bench")
+plot = load("plot")
+ops = torch.ops.mxq
+
+
+def listed(capsys, *args):
+    assert bench.main(["--list", *args]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == f"{len(out) - 1} cases"
+    return out[:-1]
+
+
+def test_list_counts_the_cases_of_each_set(capsys):
+    assert len(listed(capsys)) == 214  # mxq bench's 221 less the 7 probe rows
+    counts = {s: len(listed(capsys, "--sets", s)) for s in bench.SETS}
+    assert counts == {"main": 147, "ragged": 20, "grouped": 30, "dtypes": 9, "weights": 8}
+    assert len(listed(capsys, "--quick")) == 2 * (6 + 5) + 10
+    lines = listed(capsys, "--shapes", "512x4096", "--ops", "fused,copy", "--groups", "8")
+    assert [line.split("] ")[1].split()[1:3] for line in lines] == [
+        ["fused", "512x4096"],
+        ["copy", "512x4096"],
+        ["fused", "512x4096"],
+    ]
+    assert "8.0 MiB" in lines[1]  # copy: x's 4 MiB read and written
+
+
+@pytest.mark.parametrize(
+    "argv", [["--sets", "main,nope"], ["--shapes", "100x64"], ["--groups", "0"], ["--rounds", "0"]]
+)
+def test_bad_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        bench.main(argv)
+    assert e.value.code == 2
+    assert "bench.py: error:" in capsys.readouterr().err
+
+
+def cpu_input(rows, cols, dtype):
+    return (torch.rand(rows, cols) * 2 - 1).to(bench.DTYPES[dtype])
+
+
+@pytest.mark.parametrize("M,K,groups,dtype", [(256, 128, 0, "bf16"), (96, 160, 3, "fp16"), (160, 64, 2, "fp32")])
+def test_bytes_are_the_tensors_the_cpu_ops_read_and_write(M, K, groups, dtype):
+    x = cpu_input(M, K, dtype)
+    offs = torch.tensor(bench.group_offsets("random", M, groups, 1), dtype=torch.int32) if groups else None
+    size = lambda *ts: sum(t.nbytes for t in ts)
+    q_row, s_row, q_col, s_col = ops.quantize(x, 32, "rceil", offs)
+    if offs is None:
+        out = ops.dequantize(q_row, s_row, None, "blocked")
+        dequantize = size(q_row, s_row, out)
+    else:
+        out = ops.dequantize(q_col.t(), s_col, offs, "k_groups")
+        dequantize = size(q_col, s_col, out)
+    plain = K * M // 32  # composed's workspace: S_col (K, M/32), written and read back
+    expected = {
+        "fused": size(x, q_row, s_row, q_col, s_col),
+        "rowwise": size(x, *ops.quantize_rowwise(x, 32, "rceil", offs)),
+        "colwise": size(x, *ops.quantize_colwise(x, 32, "rceil", offs)),
+        "composed": size(x, x, *ops.quantize_composed(x, 32, "rceil", offs)) + 2 * plain,
+        "dequantize": dequantize,
+        "copy": 2 * x.nbytes,
+    }
+    for op, nbytes in expected.items():
+        case = bench.Case("main", op, M, K, dtype, "random" if groups else "dense", groups)
+        read, written, effective = bench.case_bytes(case)
+        assert read + written == nbytes, op
+        assert effective == (expected["fused"] if op in ("fused", "composed") else nbytes), op
+
+
+@pytest.mark.parametrize("G,N,K,scaling", [(2, 96, 64, "1x32"), (3, 160, 128, "32x32"), (1, 64, 32, "32x32")])
+def test_weight_bytes_are_the_tensors_of_quantize_weight(G, N, K, scaling):
+    w = cpu_input(G * N, K, "bf16").view(G, N, K)
+    outputs = ops.quantize_weight(w, "rceil", scaling, True, True)
+    read, written, _ = bench.case_bytes(bench.Case("weights", "weight", N, K, experts=G, scaling=scaling))
+    assert (read, written) == (w.nbytes, sum(t.nbytes for t in outputs))
+
+
+def test_group_offsets():
+    # mxq bench's offsets for seed 1 (benchmarks/results/nvidia-h200_2026-12-04.json): the same splits
+    assert bench.group_offsets("random", 8192, 4, 1) == [1728, 7424, 7424, 7968]
+    assert bench.group_offsets("skewed", 32768, 8, 1) == [320, 960, 2816, 2816, 2816, 3232, 32736, 32768]
+    assert bench.group_offsets("even", 32768, 8, 1) == [4096 * g for g in range(1, 9)]
+    for G in (2, 8, 64, 256):
+        offs = bench.group_offsets("random", 32768, G, 1)
+        sizes = [b - a for a, b in zip([0, *offs], offs)]
+        assert len(offs) == G and all(s >= 0 and s % 32 == 0 for s in sizes)
+        assert 0 in sizes and offs[-1] < 32768  # an empty group and an uncovered tail
+
+
+@pytest.mark.parametrize("kind,G", [("dense", 0), ("random", 5), ("even", 4), ("skewed", 3)])
+def test_plain_scales_read_every_layout(kind, G):
+    """The grouped layouts hold the dense scales, placed per group: what the band checks compare."""
+    M, K = 1024, 384
+    offs = bench.group_offsets(kind, M, G, 1) if G else None
+    x = cpu_input(M, K, "bf16")
+    dense = dict(zip(bench.NAMES, ops.quantize(x, 32, "rceil", None)))
+    placed = dict(zip(bench.NAMES, ops.quantize(x, 32, "rceil", offs and torch.tensor(offs, dtype=torch.int32))))
+    covered = (offs or [M])[-1] // 32
+    assert torch.equal(
+        bench.plain_scales("s_row", placed["s_row"], M, K, offs),
+        bench.plain_scales("s_row", dense["s_row"], M, K, None),
+    )
+    assert torch.equal(
+        bench.plain_scales("s_col", placed["s_col"], M, K, offs),
+        bench.plain_scales("s_col", dense["s_col"], M, K, None)[:, :covered],
+    )
+
+
+def test_roof_pick_is_the_nearest_copy_on_a_log_scale():
+    roof = [{"copy_bytes": n, "TBps": 1.0} for n in bench.ROOF_COPY_BYTES]  # traffic 512 MiB, 2 GiB, 8 GiB
+    pick = lambda nbytes: bench.pick_roof(roof, nbytes)["copy_bytes"] >> 20
+    assert [pick(n << 20) for n in (1, 512, 1000, 1100, 3000, 5000, 1 << 20)] == [256, 256, 256, 1024, 1024, 4096, 4096]
+
+
+def test_calls_per_graph_matches_mxq_bench():
+    # 8192x2048 rowwise on the H200: 8 buffer sets, 64 calls (benchmarks/results/nvidia-h200_2026-12-04.json)
+    assert bench.calls_per_graph(50855936, 8) == 64
+    assert bench.calls_per_graph(8388608, 60) == 300  # 512x4096 copy: 256 calls at most, a multiple of 60
+
+
+def test_no_cuda_device_exits_2(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench.main(["--quick", "--json", "-"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="this platform has no /dev/full")
+def test_output_that_cannot_be_written_is_a_failure():
+    with open("/dev/full", "w") as full:
+        run = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "bench.py"), "--list", "--sets", "dtypes"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert run.returncode != 0
+    assert "No space left on device" in run.stderr
+
+
+def results(**changes):
+    row = {"set": "main", "op": "fused", "M": 8192, "K": 2048, "dtype": "bf16", "groups": 0, "groups_kind": "dense"}
+    row |= {"us": 20.0, "TBps": 3.0, "effective_TBps": 3.0, "roof_TBps": 4.0, "pct_roof": 75.0} | changes
+    return {"schema": bench.SCHEMA, "commit": "abc", "gpu": {"name": "NVIDIA H200"}, "rows": [row]}
+
+
+def test_plot_compare(tmp_path, capsys):
+    (tmp_path / "a.json").write_text(json.dumps(results()))
+    (tmp_path / "b.json").write_text(json.dumps(results(us=19.0)))
+    assert plot.main(["--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")]) == 0
+    assert "new/base over 1 rows: min 0.950, median 0.950, max 0.950" in capsys.readouterr().out
+
+
+def test_plot_draws_a_results_file(tmp_path):
+    pytest.importorskip("matplotlib")
+    rows = [
+        results(op=op, groups=g, groups_kind="random" if g else "dense")["rows"][0]
+        for op in bench.OPS[:5]
+        for g in (0, 8)
+    ]
+    rows += [results(set="weights", op="weight", experts=8, N=1024, scaling=s)["rows"][0] for s in ("1x32", "32x32")]
+    plot.render(results() | {"rows": rows}, tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").stat().st_size > 10_000
