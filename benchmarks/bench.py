@@ -5,6 +5,7 @@
     python3 benchmarks/bench.py --quick --plot quick.png
     python3 benchmarks/bench.py --list            # the cases the options select (no GPU needed)
     python3 benchmarks/bench.py --eager           # what a call costs from Python without CUDA graphs
+    python3 benchmarks/bench.py --moe-step        # an MoE layer step (dispatch, experts, combine, backward) by stage
 
 Method, columns and JSON schema: benchmarks/README.md. Exit status: 0 ok; 1 an error, differing bytes or a failed
 write (JSON, plot, stdout); 2 a bad option, no CUDA device or no mxq extension with CUDA kernels.
@@ -40,8 +41,13 @@ SPLIT_SHAPE = (32768, 7168)  # the grouped and dtypes sets
 SPLITS = (("dense", 0), ("random", 8), ("random", 64), ("random", 256), ("even", 8), ("skewed", 8))
 WEIGHT_SHAPES = ((8, 4096, 7168), (64, 1536, 5120), (128, 768, 2048), (1, 7168, 2048))  # (G, N, K)
 EAGER_SHAPES = ((128, 4096), (512, 4096), (2048, 4096), (8192, 4096))
-SETS = ("main", "ragged", "grouped", "dtypes", "weights")
-OPS = ("rowwise", "colwise", "fused", "composed", "dequantize", "weight", "copy")
+ROUTED_SHAPES = ((16384, 7168, 256, 8), (16384, 2048, 128, 8), (16384, 4096, 8, 2), (4096, 7168, 64, 8))  # T K E k
+ROUTINGS, ZIPF_S = ("uniform", "skewed"), 1.0  # skewed: expert weights 1/rank^ZIPF_S (expert_choices)
+ROUTED_TARGETS = {"speedup": 1.8, "min_elements": 1 << 26, "pct_roof": 85.0, "skew": 1.03}  # issue 42
+MOE_STEP_SHAPES = ((16384, 2048, 128, 8, 768), (4096, 7168, 64, 8, 2048))  # (T, D, E, top_k, expert hidden H)
+SETS = ("main", "ragged", "grouped", "dtypes", "weights", "routed")
+ROUTED_OPS = ("routed", "routed_scaled", "routed_unfused", "routed_torchao")
+OPS = ("rowwise", "colwise", "fused", "composed", "dequantize", "weight", "copy", *ROUTED_OPS)
 AXES = {"rowwise": ("q_row", "s_row"), "colwise": ("q_col", "s_col"), "fused": ("q_row", "s_row", "q_col", "s_col")}
 NAMES = AXES["fused"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -68,13 +74,14 @@ class Case:
     M: int
     K: int
     dtype: str = "bf16"
-    kind: str = "dense"  # dense, random, even, skewed
+    kind: str = "dense"  # dense, random, even, skewed; routed: uniform, skewed (the routing)
     groups: int = 0
     experts: int = 0
     scaling: str = ""  # weights: 1x32 or 32x32
     neighbour: tuple | None = None  # ragged: the aligned shape it is compared with
+    top_k: int = 0  # routed: M = T tokens, groups = E experts, N = T * top_k routed rows
 
-    elements = property(lambda c: max(c.experts, 1) * c.M * c.K)
+    elements = property(lambda c: max(c.experts, 1) * c.M * c.K * max(c.top_k, 1))  # routed: N * K
     block = property(lambda c: (c.set, c.M, c.K, c.dtype, c.kind, c.groups, c.experts, c.scaling))  # checked together
     key = property(lambda c: (c.experts, c.M, c.K, c.dtype))  # cases sharing one set of buffers
 
@@ -82,12 +89,14 @@ class Case:
         return f"{self.experts}x{self.M}x{self.K}" if self.op == "weight" else f"{self.M}x{self.K}"
 
     def grouping_text(self) -> str:
+        if self.set == "routed":
+            return f"E={self.groups} k={self.top_k} {self.kind}"
         if self.op == "weight" or self.kind == "dense":
             return self.scaling or "dense"
         return f"G={self.groups}" + {"random": "", "even": " even", "skewed": " skew90"}[self.kind]
 
     def text(self) -> str:
-        return f"{self.set:<8}{self.op:<11}{self.shape_text():<14}{self.dtype:<5}{self.grouping_text():<12}"
+        return f"{self.set:<8}{self.op:<15}{self.shape_text():<14}{self.dtype:<5}{self.grouping_text():<19}"
 
     def fields(self) -> dict:  # the case in the JSON's verify and errors entries
         named = {"set": self.set, "op": self.op, "shape": self.shape_text(), "dtype": self.dtype, "groups": self.groups}
@@ -115,6 +124,13 @@ def plan(a) -> list[Case]:
         elif s == "dtypes":
             for dtype in DTYPES:
                 add(s, SPLIT_SHAPE, dtype, [("dense", 0)], ("fused", "rowwise", "colwise"))
+        elif s == "routed":
+            cases += [
+                Case(s, op, T, K, "bf16", kind, E, top_k=k)
+                for T, K, E, k in ROUTED_SHAPES
+                for kind in ROUTINGS
+                for op in ROUTED_OPS
+            ]
         else:
             cases += [
                 Case(s, "weight", N, K, experts=G, scaling=x) for G, N, K in WEIGHT_SHAPES for x in ("1x32", "32x32")
@@ -193,8 +209,32 @@ def meta_outputs(c: Case) -> dict:
     return dict(zip(NAMES, torch.ops.mxq.quantize.default(x, 32, "rceil", offs)))
 
 
+def routed_meta(c: Case) -> tuple[dict, list]:
+    """The routed inputs (x, index int64, counts int32, scale or None) and quantize_routed's six outputs, as meta."""
+    meta = lambda *shape, dtype=torch.int64: torch.empty(*shape, dtype=dtype, device="meta")
+    N = c.M * c.top_k
+    args = [meta(c.M, c.K, dtype=DTYPES[c.dtype]), meta(N), meta(c.groups, dtype=torch.int32)]
+    args.append(meta(N, dtype=torch.float32) if c.op == "routed_scaled" else None)
+    outs = torch.ops.mxq.quantize_routed.default(*args, "rceil", True, True)
+    return dict(zip(("x", "index", "counts", "scale"), args)), list(outs)
+
+
+def routed_traffic(c: Case) -> tuple[int, int]:
+    """(read, written) that the fused routed op must move, for every routed op (unfused and torchao produce the
+    same result, so TB/s and % roof compare times): each routed row once (N * K * x's size, not T * K), index,
+    counts (and scale); q_row, q_col, both grouped scale tensors (allocation sizes), offs_p and dest. Not counted:
+    the op's 8-byte-a-padded-row plan (its own workspace, ~0.1%)."""
+    args, outs = routed_meta(c)
+    x = args["x"]
+    read = c.M * c.top_k * c.K * x.element_size() + sum(args[k].nbytes for k in ("index", "counts"))
+    return read + (args["scale"].nbytes if args["scale"] is not None else 0), sum(t.nbytes for t in outs)
+
+
 def case_bytes(c: Case) -> tuple[int, int, int]:
     """(read, written, effective) bytes of one call; effective: the fused count for fused and composed (the work)."""
+    if c.set == "routed":
+        read, written = routed_traffic(c)
+        return read, written, read + written
     m, n = meta_outputs(c), c.elements
     z = Sizes(n * DTYPES[c.dtype].itemsize, n, m["s_row"].nbytes, m["s_col"].nbytes, n // 32, c.groups)
     read, written = traffic(c.op, z)
@@ -246,6 +286,96 @@ class Workspace:
         return {k: self.out[i][k][: m.nbytes].view(m.dtype).as_strided(m.shape, m.stride()) for k, m in meta}
 
 
+def expert_choices(routing: str, T: int, E: int, top_k: int, seed: int) -> torch.Tensor:
+    """(T, top_k) int64 experts, distinct per token, drawn on the CPU from the seed as a router's top-k would give
+    them. uniform: the top_k of T x E uniform keys (every expert equally likely); skewed: Zipf-like, the expert of
+    rank r (a seeded permutation) weighted 1 / r^ZIPF_S, top_k drawn per token without replacement in proportion to
+    the weights (Gumbel top-k: the top_k of log weight + Gumbel noise)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + E * 31 + top_k)
+    keys = torch.rand(T, E, generator=g, dtype=torch.float64)
+    if routing == "skewed":
+        rank = torch.randperm(E, generator=g).double() + 1
+        keys = -torch.log(-torch.log(keys.clamp_min(1e-300))) - ZIPF_S * torch.log(rank)
+    return keys.topk(top_k, dim=1).indices
+
+
+def route(expert_ids: torch.Tensor, E: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(index (N,) int64, counts (E,) int32): the source token of each routed row in expert-sorted order and the
+    rows per expert, as the dispatcher computes them."""
+    flat = expert_ids.reshape(-1)
+    return torch.argsort(flat, stable=True) // expert_ids.shape[1], torch.bincount(flat, minlength=E).to(torch.int32)
+
+
+class RoutedWorkspace:
+    """One routed block's buffers: x (T, K) in rotating sets (>= 2x L2 at 1 byte an element, as Workspace), one
+    routing (index, counts) and gate scores (N,) fp32 in (0, 1). quantize_routed has no out= form: its outputs come
+    from the graph's pool and rotate with the calls (capture)."""
+
+    def __init__(self, c: Case, l2: int, seed: int):
+        self.sets = max(2, -(-2 * l2 // (c.M * c.K)))
+        self.x = [random_input(c.M, c.K, c.dtype, seed + i) for i in range(self.sets)]
+        ids = expert_choices(c.kind, c.M, c.groups, c.top_k, seed)
+        index, counts = route(ids, c.groups)
+        scale = torch.rand(index.numel(), generator=torch.Generator().manual_seed(seed))
+        self.index, self.counts, self.scale = (t.cuda() for t in (index, counts, scale))
+        self.routing = {
+            "max": int(counts.max()),
+            "mean": counts.float().mean().item(),
+            "empty": int((counts == 0).sum()),
+        }
+
+
+def torchao_pipeline():
+    """(fn, None), fn(x, index, counts, E) torchao's routed input stage, or (None, why it cannot run). torchao's
+    pieces (its prototype API, 0.18): TorchTitan's gather x[index], moe_training.ep.permute.permute_and_pad (the
+    Triton generate_permute_indices kernel, a zero row appended, the padding gather; an empty expert gets 32 rows),
+    mx_formats.kernels.triton_to_mxfp8_dim0 / _dim1 (rceil) and the M-groups / K-groups scale rearranges."""
+    try:
+        import torchao
+        from torchao.prototype.moe_training.ep.permute import permute_and_pad
+        from torchao.prototype.moe_training.kernels import mxfp8 as ao_moe
+        from torchao.prototype.mx_formats import kernels as ao_mx
+    except Exception as e:  # noqa: BLE001 (absent, or an incompatible build)
+        return None, f"torchao is not importable ({type(e).__name__}: {e})"
+    if not getattr(ao_mx, "_triton_kernels_available", False):
+        return None, (
+            f"torchao {torchao.__version__}: its MXFP8 cast kernels (mx_formats.kernels.triton_to_mxfp8_dim0/1) are "
+            "not available on this device (torchao builds them for SM100 with CUDA >= 12.8)"
+        )
+
+    def pipeline(x, index, counts, E):
+        _, padded, _, _, offs = permute_and_pad(x.index_select(0, index), counts, 1, E, 32)
+        q_row, s_row = ao_mx.triton_to_mxfp8_dim0(padded, 32, "rceil")
+        q_col, s_col = ao_mx.triton_to_mxfp8_dim1(padded, 32, "rceil")
+        s_row = ao_moe.triton_mx_block_rearrange_2d_M_groups(s_row, offs)
+        return q_row, s_row, q_col, ao_moe.triton_mx_block_rearrange_2d_K_groups(s_col, offs // 32), offs
+
+    return pipeline, None
+
+
+def skip_unavailable(cases: list[Case]) -> tuple[list[Case], list[dict]]:
+    """The cases that can run, and a record (printed, and kept in the JSON's `skipped`) of each that cannot:
+    routed_torchao without a usable torchao."""
+    why = torchao_pipeline()[1] if any(c.op == "routed_torchao" for c in cases) else None
+    skipped = [c.fields() | {"reason": why} for c in cases if why and c.op == "routed_torchao"]
+    for r in skipped:
+        print(f"SKIPPED: {r['set']} {r['op']} {r['shape']} {r['groups_kind']} E={r['groups']}: {r['reason']}")
+    return [c for c in cases if not (why and c.op == "routed_torchao")], skipped
+
+
+def routed_op(op: str, x, ws: RoutedWorkspace, E: int, scaled: bool = False):
+    """One call of a routed op: fused (routed; routed_scaled, or `scaled`: with the gate scores), the unfused
+    composition or torchao's pipeline."""
+    if op == "routed_torchao":
+        return torchao_pipeline()[0](x, ws.index, ws.counts, E)
+    scale = ws.scale if scaled or op == "routed_scaled" else None
+    if op == "routed_unfused":
+        from mxq.dispatch import quantize_routed_unfused  # gather, pad (index_copy_ at dest), mxq.quantize(offs_p)
+
+        return tuple(quantize_routed_unfused(x, ws.index, ws.counts, scale=scale))
+    return torch.ops.mxq.quantize_routed.default(x, ws.index, ws.counts, scale, "rceil", True, True)
+
+
 def copy_into(x: torch.Tensor, out: dict) -> list:
     """x's bytes into q_row and q_col (bf16 x holds as many), as int64 by an elementwise kernel: a same-dtype copy_
     would be a cudaMemcpyAsync, which a graph replays as a memcpy node on the copy engines, slower than the roof."""
@@ -258,6 +388,8 @@ def copy_into(x: torch.Tensor, out: dict) -> list:
 def make_call(c: Case, ws: Workspace, offs):
     """One call of c's op on rotation set i, into the set's buffers where the op has an out= form."""
     ops, x = torch.ops.mxq, ws.x
+    if c.set == "routed":
+        return lambda i: routed_op(c.op, x[i], ws, c.groups)
     if c.op == "weight":
         return lambda i: ops.quantize_weight.default(x[i], "rceil", c.scaling, True, True)
     if c.op == "composed":
@@ -477,6 +609,61 @@ def verify_block(block: list[Case], ws: Workspace, offs, offs_list: list | None)
     return records
 
 
+ROUTED_NAMES = (*NAMES, "offs_p", "dest")
+
+
+def verify_routed(block: list[Case], ws: RoutedWorkspace) -> list[dict]:
+    """routed and routed_scaled against the unfused composition on the device, every byte of the six outputs; each
+    of the three against the CPU op (op(x.cpu(), ...)): every byte up to FULL_CHECK_ELEMENTS routed elements, above
+    it the first and last experts holding >= BAND_ROWS routed rows each (the CPU op on their index and counts; the
+    device's padded rows, scales as plain matrices, offs_p and dest shifted by the band's first padded row).
+    torchao's pipeline is not compared (its padded layout differs: an empty expert gets 32 rows)."""
+    c0, x, records = block[0], ws.x[0], []
+    E, K, N, full = c0.groups, c0.K, c0.M * c0.top_k, c0.elements <= FULL_CHECK_ELEMENTS
+    ends = [0, *ws.counts.long().cumsum(0).tolist()]
+    cut = lambda n: next(e for e in range(1, E + 1) if ends[e] >= min(n, N))  # experts 0..cut-1 hold >= n rows
+    bands = [(0, E)] if full else sorted({(0, cut(BAND_ROWS)), (cut(N - BAND_ROWS + 1) - 1, E)})
+    xc, index, scale = x.cpu(), ws.index.cpu(), ws.scale.cpu()
+
+    def record(op: str, check: str, pairs: list, strides: bool = True) -> None:
+        bad, nbytes = sum(mismatches(r, t, strides) for r, t in pairs), sum(r.nbytes for r, _ in pairs)
+        records.append(c0.fields() | {"op": op, "check": check, "bytes": nbytes, "mismatches": bad, "ok": bad == 0})
+
+    def poisoned(op: str, scaled: bool) -> dict:  # fresh allocations likely reuse the poisoned block
+        torch.empty(3 * N * K, dtype=torch.uint8, device=x.device).fill_(POISON)
+        return dict(zip(ROUTED_NAMES, routed_op(op, x, ws, E, scaled)))
+
+    for op in [c.op for c in block if c.op != "routed_torchao"]:
+        scaled = op == "routed_scaled"
+        g = poisoned(op, scaled)
+        if op != "routed_unfused":
+            u = poisoned("routed_unfused", scaled)
+            record(op, "== unfused (device)", [(u[k], g[k]) for k in ROUTED_NAMES])
+        offs = g["offs_p"].tolist()
+        plain = {k: plain_scales(k, g[k], g["q_row"].shape[0], K, offs) for k in ("s_row", "s_col")}
+        pairs = []
+        for ea, eb in bands:
+            na, nb, pa = ends[ea], ends[eb], offs[ea - 1] if ea else 0
+            sc = scale[na:nb] if scaled else None
+            ref = torch.ops.mxq.quantize_routed.default(
+                xc, index[na:nb], ws.counts[ea:eb].cpu(), sc, "rceil", True, True
+            )
+            ref = dict(zip(ROUTED_NAMES, ref))
+            if full:
+                pairs += [(ref[k], g[k]) for k in ROUTED_NAMES]
+                continue
+            pb, roffs = offs[eb - 1], ref["offs_p"].tolist()
+            mine = {k: plain_scales(k, ref[k], ref["q_row"].shape[0], K, roffs) for k in ("s_row", "s_col")}
+            pairs += [(ref[k][: pb - pa], g[k][pa:pb].cpu()) for k in ("q_row", "q_col")]
+            pairs += [
+                (mine["s_row"][: pb - pa], plain["s_row"][pa:pb]),
+                (mine["s_col"], plain["s_col"][:, pa // 32 : pb // 32]),
+            ]
+            pairs += [(ref["offs_p"], g["offs_p"][ea:eb].cpu() - pa), (ref["dest"], g["dest"][na:nb].cpu() - pa)]
+        record(op, "== cpu" if full else f"== cpu (first and last experts, >= {BAND_ROWS} rows each)", pairs, full)
+    return records
+
+
 # ---- the run ----
 
 
@@ -533,15 +720,23 @@ def capture_all(a, cases: list[Case], l2: int) -> tuple[list, list, list, dict]:
     for block in [list(b) for _, b in itertools.groupby(cases, lambda c: c.block)]:
         c0 = block[0]
         try:
-            if c0.key not in workspaces:
+            if c0.set == "routed":
+                ws, offs = RoutedWorkspace(c0, l2, a.seed), None
+                offs_record[f"routed {c0.M}x{c0.K}/E={c0.groups}/k={c0.top_k}/{c0.kind}"] = ws.counts.tolist()
+                print(f"-- {c0.shape_text()} {c0.grouping_text()}: {ws.sets} buffer sets, counts {ws.routing}")
+                checks = verify_routed(block, ws) if a.verify else []
+            elif c0.key not in workspaces:
                 ws = workspaces[c0.key] = Workspace(c0, max_groups[c0.key], l2, a.seed)
                 print(f"-- {c0.shape_text()} {c0.dtype}: {ws.sets} buffer sets of {fmt_bytes(ws.x[0].nbytes)} input")
-            ws, offs_list = workspaces[c0.key], group_offsets(c0.kind, c0.M, c0.groups, a.seed) if c0.groups else None
-            offs = torch.tensor(offs_list, dtype=torch.int32, device="cuda") if offs_list else None
-            if offs_list:
-                offs_record[f"{c0.M}x{c0.K}/{c0.groups}" + f"-{c0.kind}" * (c0.kind != "random")] = offs_list
+            if c0.set != "routed":
+                ws = workspaces[c0.key]
+                offs_list = group_offsets(c0.kind, c0.M, c0.groups, a.seed) if c0.groups else None
+                offs = torch.tensor(offs_list, dtype=torch.int32, device="cuda") if offs_list else None
+                if offs_list:
+                    offs_record[f"{c0.M}x{c0.K}/{c0.groups}" + f"-{c0.kind}" * (c0.kind != "random")] = offs_list
+                checks = verify_block(block, ws, offs, offs_list) if a.verify else []
             if a.verify:
-                verify += (checks := verify_block(block, ws, offs, offs_list))
+                verify += checks
                 said = [
                     f"{r['op']} {r['check']} " + ("ok" if r["ok"] else f"{r['mismatches']} bytes DIFFER")
                     for r in checks
@@ -572,6 +767,7 @@ def run_bench(a, cases: list[Case], mxq) -> int:
         f"driver {gpu['driver']}, torch {gpu['torch']} (CUDA {gpu['cuda']}), mxq {commit()} from "
         f"{Path(mxq.__file__).parent}: {len(cases)} cases, sets {','.join(a.sets)}"
     )
+    cases, skipped = skip_unavailable(cases)
     start = measure_roof("start")
     timed, verify, errors, offs = capture_all(a, cases, l2)
     print(f"timing {len(timed)} graphs: {a.rounds} rounds, each replaying every graph {a.replays}x in turn", flush=True)
@@ -586,13 +782,14 @@ def run_bench(a, cases: list[Case], mxq) -> int:
     ]
     results = [(t.case, make_row(t, roof)) for t in timed]
     for s in a.sets:
-        print(f"\n## {s}\n\n{set_table(results, s)}")
+        print(f"\n## {s}\n\n{routed_table(results) if s == 'routed' else set_table(results, s)}")
     print(summary(results, l2))
     method = {"rounds": a.rounds, "replays": a.replays, "warmup_rounds": WARMUP_ROUNDS, "seed": a.seed}
     method |= {"dtype": a.dtype, "scaling_mode": "rceil", "roof_copies": ROOF_COPIES, "verify": a.verify}
     method |= {"full_check_elements": FULL_CHECK_ELEMENTS, "band_rows": BAND_ROWS, "described": "benchmarks/README.md"}
     doc = {"schema": SCHEMA, "date": now(), "commit": commit(), "mxq": str(Path(mxq.__file__).parent), "gpu": gpu}
     doc |= {"sets": a.sets, "method": method, "roof": roof, "rows": [r for _, r in results], "verify": verify}
+    doc |= {"routed_targets": routed_targets(results) if "routed" in a.sets else [], "skipped": skipped}
     write_outputs(doc | {"errors": errors, "offs": offs}, json_path, render, a.plot)
     bad = [v for v in verify if not v["ok"]]
     for e in errors:
@@ -614,6 +811,8 @@ def make_row(t: Timed, roof: list[dict]) -> dict:
         row["neighbour"] = {"M": c.neighbour[0], "K": c.neighbour[1]}
     if c.op == "weight":
         row |= {"experts": c.experts, "N": c.M, "scaling": c.scaling}
+    if c.set == "routed":
+        row |= {"T": c.M, "E": c.groups, "top_k": c.top_k, "N": c.M * c.top_k, "routing": c.kind}
     row |= {"us": us, "us_min": min(t.samples), "us_max": max(t.samples), "bytes_read": read, "bytes_written": written}
     row |= {"bytes": read + written, "TBps": (read + written) / us / 1e6, "effective_bytes": effective}
     row |= {"effective_TBps": effective / us / 1e6, "roof_TBps": p["TBps"], "roof_copy_bytes": p["copy_bytes"]}
@@ -679,6 +878,51 @@ def set_table(results: list, s: str) -> str:
         body.append(cells)
     header = ["op", "shape", *columns, "us", "moved", "TB/s", "% roof", "eff. TB/s", *SET_EXTRAS.get(s, [])]
     return md_table(header, body)
+
+
+def routed_targets(results: list) -> list[dict]:
+    """Per fused routed row: speedup over the unfused pipeline and torchao's, skewed / uniform time, and issue 42's
+    targets (>= 1.8x unfused where N * K >= 2^26, >= 85% of the copy roof, skewed within 3% of uniform)."""
+    out, t = [], ROUTED_TARGETS
+    for c, r in results:
+        if c.set != "routed" or c.op != "routed":
+            continue
+        unfused, ao = partner(results, c, op="routed_unfused"), partner(results, c, op="routed_torchao")
+        uniform = partner(results, c, kind="uniform") if c.kind == "skewed" else None
+        big = c.elements >= t["min_elements"]
+        x = {"T": c.M, "K": c.K, "E": c.groups, "top_k": c.top_k, "routing": c.kind, "us": r["us"]}
+        x |= {
+            "vs_unfused": unfused and round(unfused["us"] / r["us"], 3),
+            "vs_torchao": ao and round(ao["us"] / r["us"], 3),
+        }
+        x |= {"skew_over_uniform": uniform and round(r["us"] / uniform["us"], 4), "pct_roof": r["pct_roof"]}
+        x["pass_speedup"] = None if not (big and unfused) else x["vs_unfused"] >= t["speedup"]
+        x["pass_roof"] = r["pct_roof"] >= t["pct_roof"]
+        x["pass_skew"] = None if uniform is None else x["skew_over_uniform"] <= t["skew"]
+        out.append(x)
+    return out
+
+
+def routed_table(results: list) -> str:
+    """The routed set: every row, then the fused op against the others with the targets as pass/fail columns."""
+    body = []
+    for c, r in [cr for cr in results if cr[0].set == "routed"]:
+        cells = [c.op, c.shape_text(), c.grouping_text(), f"{r['us']:.1f}", fmt_bytes(r["bytes"])]
+        body.append(cells + [f"{r['TBps']:.3f}", f"{r['pct_roof']:.1f}"])
+    text = md_table(["op", "TxK", "routing", "us", "fused bytes", "TB/s", "% roof"], body)
+    mark = lambda v: "-" if v is None else "pass" if v else "FAIL"
+    rows = [
+        [f"{x['T']}x{x['K']}", f"E={x['E']} k={x['top_k']} {x['routing']}", f"{x['us']:.1f}"]
+        + [f"{x[k]:.2f}x" if x[k] else "-" for k in ("vs_unfused", "vs_torchao")]
+        + [f"{x['skew_over_uniform']:.3f}" if x["skew_over_uniform"] else "-", f"{x['pct_roof']:.1f}"]
+        + [mark(x[k]) for k in ("pass_speedup", "pass_roof", "pass_skew")]
+        for x in routed_targets(results)
+    ]
+    t = ROUTED_TARGETS
+    header = ["TxK", "routing", "fused us", "vs unfused", "vs torchao", "skew/uniform", "% roof"]
+    header += [f">= {t['speedup']}x unfused", f">= {t['pct_roof']:.0f}% roof", f"skew <= {t['skew']}"]
+    note = "\n\n(>= 1.8x applies where N*K >= 2^26; TB/s of every routed op: the fused op's bytes / time)"
+    return text + "\n\n### routed: fused vs unfused and torchao, issue 42's targets\n\n" + md_table(header, rows) + note
 
 
 def summary(results: list, l2: int) -> str:
@@ -796,6 +1040,87 @@ def run_eager(a, mxq) -> int:
     return 0
 
 
+# ---- an MoE layer step: --moe-step ----
+
+STAGES = ("dispatch", "experts", "combine", "backward")
+
+
+def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> list[dict]:
+    """One shape and routing: TokenDispatcher fused vs unfused, the layer forward (dispatch, w1 and w3 grouped GEMMs
+    with SwiGLU, combine_mm) and its backward, eager; CUDA events on the stream between the stages, the two
+    dispatchers alternating step by step; per stage the median over --rounds steps after 3 warm-up steps. The routed
+    quantizations (dispatch's of x, the backward's of d(routed y) with the scores) are timed alone too."""
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(a.seed)
+    x = random_input(T, D, "bf16", a.seed).requires_grad_()
+    ids = expert_choices(routing, T, E, k, a.seed).cuda()
+    scores = torch.rand(T, k, generator=g).cuda().requires_grad_()
+    w1, w2, w3 = (
+        (torch.randn(E, *s, generator=g) * s[1] ** -0.5).cuda().bfloat16().requires_grad_()
+        for s in ((H, D), (D, H), (H, D))
+    )
+    dout = random_input(T, D, "bf16", a.seed + 1)
+    runs = {how: mxq.TokenDispatcher(E, routed_quantization=how) for how in ("fused", "unfused")}
+    samples, results = {how: [] for how in runs}, {}
+    for step in range(3 + a.rounds):
+        for how, d in runs.items():
+            for t in (x, scores, w1, w2, w3):
+                t.grad = None
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(STAGES) + 1)]
+            ev[0].record()
+            routed = d.dispatch(x, scores, ids)
+            ev[1].record()
+            h = F.silu(d.grouped_mm(routed, w1)) * d.grouped_mm(routed, w3)
+            ev[2].record()
+            y = d.combine_mm(routed, h, w2)
+            ev[3].record()
+            y.backward(dout)
+            ev[4].record()
+            torch.cuda.synchronize()
+            if step >= 3:
+                samples[how].append([ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(len(STAGES))])
+            if step == 0:  # the first step's results of both: bitwise equal?
+                results[how] = [y.detach(), x.grad, scores.grad, w1.grad, w2.grad, w3.grad]
+    same = all(torch.equal(p, q) for p, q in zip(results["fused"], results["unfused"]))
+    index, counts = route(ids.cpu(), E)
+    index, counts, scale = index.cuda(), counts.cuda(), scores.detach().reshape(-1)[index.cuda()].float()
+    path = runs["fused"]._path("bench.py", routed)
+    rows = []
+    for how, fn in (("fused", mxq.quantize_routed), ("unfused", mxq.dispatch.quantize_routed_unfused)):
+        stages = {s: round(statistics.median(v[i] for v in samples[how]), 2) for i, s in enumerate(STAGES)}
+        alone = {
+            "quantize_x": lambda fn=fn: fn(x.detach(), index, counts),
+            "quantize_dy": lambda fn=fn: fn(dout, index, counts, scale=scale),
+        }
+        row = {"T": T, "D": D, "E": E, "top_k": k, "H": H, "routing": routing, "routed_quantization": how}
+        row |= {"stages_us": stages, "step_us": round(sum(stages.values()), 2), "gemm_path": path}
+        row |= {f"{n}_us": round(median_ms(f, a.rounds) * 1e3, 2) for n, f in alone.items()}
+        rows.append(
+            row | {"outputs_equal": same, "counts_max": int(counts.max()), "counts_empty": int((counts == 0).sum())}
+        )
+    return rows
+
+
+def run_moe_step(a, mxq) -> int:
+    gpu = gpu_facts()
+    json_path = output_path(a.json, "moe_step_", gpu["name"])
+    print(f"bench.py --moe-step on {gpu['name']}, torch {gpu['torch']}, mxq {commit()}: median of {a.rounds} steps")
+    rows = [r for T, D, E, k, H in MOE_STEP_SHAPES for kind in ROUTINGS for r in moe_step(a, mxq, T, D, E, k, H, kind)]
+    body = []
+    for r in rows:
+        cells = [f"{r['T']}x{r['D']} E={r['E']} k={r['top_k']} H={r['H']}", r["routing"], r["routed_quantization"]]
+        cells += [f"{r['stages_us'][s]:.0f}" for s in STAGES] + [f"{r['step_us']:.0f}"]
+        body.append(cells + [f"{r['quantize_x_us']:.0f}", f"{r['quantize_dy_us']:.0f}", r["outputs_equal"]])
+    header = ["shape", "routing", "routed quantization", *(f"{s} us" for s in STAGES), "step us"]
+    print("\n" + md_table(header + ["quantize x us (alone)", "quantize dy us (alone)", "bitwise equal"], body))
+    print("(stages: CUDA events between the eager calls; backward is the whole autograd backward)")
+    method = {"rounds": a.rounds, "warmup_steps": 3, "seed": a.seed, "timing": "eager, CUDA events between stages"}
+    doc = {"schema": SCHEMA, "mode": "moe_step", "date": now(), "commit": commit(), "gpu": gpu, "method": method}
+    write_outputs(doc | {"steps": rows}, json_path, None, None)
+    return 0 if all(r["outputs_equal"] for r in rows) else 1
+
+
 # ---- command line ----
 
 
@@ -814,6 +1139,7 @@ def parse_args(argv: list[str] | None):
     add("--seed", type=int, default=1, help="inputs and group offsets (default 1)")
     add("--no-verify", dest="verify", action="store_false", help="skip the checks against the CPU reference")
     add("--eager", action="store_true", help="time a call from Python without CUDA graphs instead")
+    add("--moe-step", action="store_true", help="time an MoE layer step by stage, fused vs unfused dispatch instead")
     add("--json", help="results file (default benchmarks/results/<gpu>_<date>.json; - for none)")
     add("--plot", type=Path, help="also draw the results there (benchmarks/plot.py; needs matplotlib)")
     a = ap.parse_args(argv)
@@ -825,8 +1151,8 @@ def parse_args(argv: list[str] | None):
         if values and not all(map(ok, values)):
             ap.error(f'--{name}: "{next(v for v in values if not ok(v))}" is not valid (see --help)')
         setattr(a, name, values)
-    if a.rounds < 1 or a.replays < 1 or a.seed < 0 or (a.plot and a.eager):
-        ap.error("--rounds and --replays take at least 1, --seed at least 0; --plot draws the sets, not --eager")
+    if a.rounds < 1 or a.replays < 1 or a.seed < 0 or (a.plot and (a.eager or a.moe_step)) or a.eager and a.moe_step:
+        ap.error("--rounds and --replays take at least 1, --seed at least 0; --plot draws the sets; one mode at a time")
     a.shapes_given = a.shapes and [tuple(map(int, v.split("x"))) for v in a.shapes]
     a.sets = [s for s in SETS if s in (a.sets or (["main"] if a.shapes else ["main", "ragged"] if a.quick else SETS))]
     a.shapes = a.shapes_given or (QUICK_SHAPES if a.quick else MAIN_SHAPES)
@@ -842,7 +1168,7 @@ def run(argv: list[str] | None) -> int:
     except ImportError as e:
         raise Unavailable(f"cannot import mxq ({e}): set PYTHONPATH=python and MXQ_TORCH_LIBRARY, or pip install .")
     cases = plan(a)
-    if not cases and not a.eager:
+    if not cases and not (a.eager or a.moe_step):
         print("bench.py: nothing to run: no case of the chosen sets uses the chosen ops", file=sys.stderr)
         return 1
     if a.list:
@@ -857,6 +1183,8 @@ def run(argv: list[str] | None) -> int:
         )
     if not mxq.has_cuda_kernels():
         raise Unavailable("the mxq extension has no CUDA kernels (built without nvcc or without a CUDA torch)")
+    if a.moe_step:
+        return run_moe_step(a, mxq)
     return run_eager(a, mxq) if a.eager else run_bench(a, cases, mxq)
 
 

@@ -59,10 +59,27 @@ COLORS = {
     "dequantize": "#b56576",
     "1x32": "#2a9d8f",
     "32x32": "#1f6fb4",
+    "mxq routed (fused)": "#1f6fb4",
+    "mxq routed, scaled": "#5a9bd4",
+    "gather + pad + mxq": "#b0b0b0",
+    "torchao pipeline": "#e3893b",
 }
 SERIES = {"fused": "mxq fused", "composed": "mxq composed", "rowwise": "rowwise", "colwise": "colwise"}
 SERIES |= {"dequantize": "dequantize", "copy": "copy"}
-ORDER = ["mxq fused", "mxq composed", *PEERS, "rowwise", "colwise", "dequantize", "1x32", "32x32"]
+ROUTED = {"routed": "mxq routed (fused)", "routed_scaled": "mxq routed, scaled", "routed_unfused": "gather + pad + mxq"}
+SERIES |= ROUTED | {"routed_torchao": "torchao pipeline"}
+ORDER = [
+    "mxq fused",
+    "mxq composed",
+    *PEERS,
+    "rowwise",
+    "colwise",
+    "dequantize",
+    "1x32",
+    "32x32",
+    *ROUTED.values(),
+    "torchao pipeline",
+]
 SINGLE = ("rowwise", "colwise", "dequantize")
 EFFECTIVE = "effective TB/s (fused bytes / time)"
 
@@ -181,6 +198,15 @@ def panels(rows: list[dict], peers: bool) -> list[tuple]:
             "Expert weights W (G x N x K), bf16, both axes: 1x32 and 32x32 scaling",
             of([r for r in rows if r["set"] == "weights"], lambda r: f"{r['experts']}x{r['N']}x{r['K']}", ("weight",)),
             "TB/s",
+        ),
+        (
+            "Routed input stage (gather by route, pad to 32, both axes), bf16 x; all ops: the fused op's bytes / time",
+            of(
+                [r for r in rows if r["set"] == "routed"],
+                lambda r: f"{r['M']}x{r['K']}\nE={r['groups']} k={r.get('top_k')} {r['groups_kind']}",
+                (*ROUTED, "routed_torchao"),
+            ),
+            EFFECTIVE,
         ),
     ]
     return [p for p in found if any(set(g) & set(ORDER) for g in p[1].values())]

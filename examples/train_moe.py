@@ -7,10 +7,12 @@
 The model: token + position embeddings, ``Config.layers`` pre-norm transformer blocks (causal attention, then a
 feed-forward that is dense — Linear, GELU, Linear — in even blocks and a mixture of experts in odd ones), a final
 norm and an LM head. A MoE feed-forward has a router (nn.Linear to the expert count, softmax, top-k, renormalized
-gate weights, a Switch-style load-balancing loss) and a dispatcher written here: the (token, choice) pairs are sorted
-by expert, each expert's group is padded to a multiple of 32 rows, the buffer is sized for the worst case (no host
-sync), and the experts (mxq.GroupedExperts, SwiGLU, the expert-module interface of docs/training.md) run on it
-with the group end offsets; the outputs are gathered back and combined with the gate weights.
+gate weights, a Switch-style load-balancing loss) and SwiGLU experts (mxq.GroupedExperts, the expert-module interface
+of docs/training.md). In bf16 the (token, choice) pairs are sorted by expert, the experts run on the routed rows
+(groups of any size) and the outputs are scaled by the gate weights and scatter-added to their tokens. Once the
+experts are MXFP8 (after mxq.nn.convert), the same steps run through mxq.TokenDispatcher: dispatch quantizes the
+routed tokens once on both axes (gather, pad to 32 and quantize in one pass), the experts' GEMMs read those operands,
+and the combine's backward quantizes the score-weighted output gradient in one pass.
 
 The data: a synthetic language the example generates — each sequence draws one of ``Config.topics`` hidden topics, and
 every topic is a sparse random Markov chain over the vocabulary (each token has a few likely successors). The
@@ -20,7 +22,9 @@ towards the chain's entropy. Both runs see the same batches in the same order an
 
 Run 1: the model as built (bf16 autocast, fp32 master weights). Run 2: the same model after ``mxq.nn.convert``:
 every nn.Linear with 32-multiple dims becomes MXFP8Linear and the experts MXFP8GroupedExperts (32x32 weight tiles,
-fused activation casts, RCEIL); the router (out_features = expert count) is skipped, as the summary shows. Below
+fused activation casts, RCEIL), dispatched by mxq.TokenDispatcher (``--routed-quantization``: the fused one-pass op,
+or the unfused gather + pad + quantize; "auto" takes the fused op where the build has it and says which it took); the
+router (out_features = expert count) is skipped, as the summary shows. Below
 SM100 (e.g. an H200) the MXFP8 GEMMs are emulated (mxq dequantizes the MXFP8 operands and runs bf16 GEMMs), so the
 run measures MXFP8 numerics, not MXFP8 speed.
 
@@ -151,14 +155,10 @@ class DenseFFN(nn.Module):
         return self.down(F.gelu(self.up(x))), x.new_zeros((), dtype=torch.float32)
 
 
-def round_up(v, m: int):
-    return (v + m - 1) // m * m
-
-
 class MoEFFN(nn.Module):
-    """Top-k router + the dispatcher (sort by expert, pad each group to 32 rows) + grouped experts."""
+    """Top-k router + grouped SwiGLU experts; MXFP8 experts are dispatched by mxq.TokenDispatcher."""
 
-    ALIGN = 32  # what MXFP8 grouped GEMMs need (docs/numerics.md §6)
+    routed_quantization = "fused"  # mxq.TokenDispatcher's routed quantization (main() sets it from the command line)
 
     def __init__(self, cfg: Config):
         super().__init__()
@@ -173,27 +173,23 @@ class MoEFFN(nn.Module):
         probs = self.router(x).float().softmax(-1)  # (T, E)
         gate, choice = probs.topk(k, dim=-1)  # (T, k)
         gate = gate / gate.sum(-1, keepdim=True)
-
-        # Dispatch: sort the T·k (token, choice) pairs by expert, then give each expert's run of rows a
-        # 32-aligned start. The buffer holds the worst case (every group padded by 31 rows), so its size is known
-        # without reading the counts on the host; rows past the last group end are the uncovered tail.
         flat = choice.reshape(-1)  # (T·k,)
-        order = torch.argsort(flat, stable=True)
-        counts = torch.bincount(flat, minlength=E)  # (E,)
-        padded = round_up(counts, self.ALIGN)
-        ends = padded.cumsum(0)
-        starts = ends - padded
-        first = counts.cumsum(0) - counts  # where each expert's run starts in the sorted order
-        sorted_expert = flat[order]
-        dest = starts[sorted_expert] + torch.arange(T * k, device=x.device) - first[sorted_expert]
-        token = order // k
-        rows = round_up(T * k + (self.ALIGN - 1) * E, self.ALIGN)
-        buf = x.new_zeros(rows, x.shape[1]).index_copy(0, dest, x[token])
-        out = self.experts(buf, ends.to(torch.int32))  # (rows, dim); padding rows and the tail give 0
+        counts = torch.bincount(flat, minlength=E)  # (E,), for the load-balancing loss
 
-        # Combine: each token's k expert outputs, weighted by its gates.
-        weight = gate.reshape(-1)[order].unsqueeze(1)
-        y = torch.zeros_like(x, dtype=torch.float32).index_add(0, token, out[dest].float() * weight)
+        config = getattr(self.experts, "mxfp8_config", None)
+        if config is not None:
+            # MXFP8 experts: the routed tokens are gathered, padded to 32 per expert and quantized in one pass; the
+            # experts' GEMMs read those operands; the combine applies the gates and scatter-adds to the tokens.
+            d = mxq.TokenDispatcher(E, config=config, routed_quantization=self.routed_quantization)
+            y = d.experts(d.dispatch(x, gate, choice), self.experts)
+        else:
+            # bf16: sort the (token, choice) pairs by expert, run the experts on the routed rows (groups of any
+            # size), scale by the gates and scatter-add back to the tokens.
+            order = torch.argsort(flat, stable=True)
+            token = order // k
+            out = self.experts(x[token], counts.cumsum(0).to(torch.int32))  # (T·k, dim)
+            scaled = (out.float() * gate.reshape(-1)[order].unsqueeze(1)).to(out.dtype)
+            y = scaled.new_zeros(T, out.shape[1]).index_put_((token,), scaled, accumulate=True)
 
         # Switch-style load balancing: E · Σ_e (fraction of pairs routed to e) · (mean router prob of e).
         aux = E * (counts.float() / (T * k) * probs.mean(0)).sum()
@@ -323,6 +319,13 @@ def main(argv=None) -> int:
     p.add_argument("--log-every", type=int, default=25, help="print a progress line every N steps")
     p.add_argument("--tolerance", type=float, default=0.01, help="allowed relative gap of the final mean losses")
     p.add_argument("--tiny", action="store_true", help="a tiny config (the CPU smoke test)")
+    p.add_argument(
+        "--routed-quantization",
+        choices=("auto", *mxq.dispatch.ROUTED_QUANTIZATIONS),
+        default="auto",
+        help="mxq.TokenDispatcher's routed quantization: fused (one pass), unfused (gather + pad + quantize), or auto "
+        "(fused where this build has the op; the choice is printed)",
+    )
     args = p.parse_args(argv)
     if args.steps < 1:
         p.error(f"--steps must be at least 1, got {args.steps}")
@@ -345,6 +348,14 @@ def main(argv=None) -> int:
     except OSError as e:
         p.error(f"--out-dir {args.out_dir!r} is not a writable directory: {e.strerror}")
     cfg = TINY if args.tiny else Config()
+    routed = args.routed_quantization
+    if routed == "auto":
+        routed = "fused" if mxq.dispatch.fused_op_available() else "unfused"
+        if routed == "unfused":
+            print(
+                "note: this mxq build has no mxq::quantize_routed; the dispatcher uses the unfused routed quantization"
+            )
+    MoEFFN.routed_quantization = routed
     if device.type == "cpu" and not args.tiny:
         print(
             "note: the full config on a CPU takes about 18 minutes for 300 steps (2 cores); --tiny runs the "
@@ -363,7 +374,7 @@ def main(argv=None) -> int:
     print(f"config: {dataclasses.asdict(cfg)}")
     print(
         f"MXFP8 GEMMs on this device: linear {'native' if mxq.linear.native_mx_gemm(device) else 'emulated'}, "
-        f"grouped {mxq.moe.grouped_gemm_path(device)}"
+        f"grouped {mxq.moe.grouped_gemm_path(device)}; routed quantization {routed}"
     )
     data = make_batches(cfg, args.steps, args.seed)
     chance, floor = math.log(cfg.vocab), language_entropy(cfg, args.seed)

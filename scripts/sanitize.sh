@@ -7,11 +7,12 @@
 # Two programs run under each tool:
 # - the fuzz driver, SANITIZE_CASES random cases (default 200) up to SANITIZE_MAX_DIM (default 384) per axis:
 #   every path (fused, rowwise, colwise, composed with its swizzle, dequantize in its three layouts, expert
-#   weights), bf16 / fp16 / fp32, both rules, dense and grouped with empty groups, tails and G up to 256,
+#   weights, quantize_routed), bf16 / fp16 / fp32, both rules, dense and grouped with empty groups, tails and G up to 256,
 #   ragged 32-multiple shapes, special values; each output byte compared with the reference;
 # - the GPU tests of SANITIZE_FILTER: malformed offs with guard bands, every code against every scale,
 #   streams and graph capture, the weight kernels' skipped axes, one special-value case per path and shape,
-#   grouped G = 300 and 1024 (empty groups).
+#   grouped G = 300 and 1024 (empty groups), quantize_routed (empty experts, scale specials, both tile heights,
+#   fp32; index out of range and bad counts with guard bands; graph capture).
 # Prints each tool's summary line and exits non-zero when any tool reports an error or a program fails.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -21,7 +22,8 @@ MAX_DIM=${SANITIZE_MAX_DIM:-384}
 SEED=${SANITIZE_SEED:-5}
 FILTER=${SANITIZE_FILTER:-"*GpuMalformedOffs*:*GpuDequantizeAllPairs*:*GpuStreams*:*GpuGraph*:*GpuWeightAxes*:\
 *GpuOps*special_rceil*:*GpuGrouped*special*:*GpuGrouped*empty_floor*:*GpuDequantize.*G64*:*GpuComposedToBlocked*:\
-*GpuWeight.*boundary*:*GpuValidInput*:*GpuGoodOffs*"}
+*GpuWeight.*boundary*:*GpuValidInput*:*GpuGoodOffs*:*GpuRoutedBadInput*:*GpuRouted*_rceil_empty_scaled*:\
+*GpuRouted*fp32_floor_random*"}
 fuzz=$BUILD/tests/cpp/mxq_fuzz
 tests=$BUILD/tests/cpp/mxq_gpu_tests
 for b in "$fuzz" "$tests"; do

@@ -11,6 +11,8 @@
 //   dequantize(q, scales, offs, layout) -> bf16 (rows, cols); layout "blocked", "m_groups" (q_row
 //                              with grouped s_row) or "k_groups" (q_col.t() with grouped s_col)
 //   validate_offs(offs, M)  -> ()                            synchronizing offs checker
+//   quantize_routed(x, index, counts, scale, scaling_mode, rowwise, colwise)
+//                           -> (q_row, s_row, q_col, s_col, offs_p, dest)   mxq::quantize_routed
 //   quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
 //                           -> (q_row, s_row, q_col, s_col)   mxq::quantize_weight (expert weights)
 // Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs).
@@ -539,6 +541,131 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
   return {q_row, s_row, q_col, s_col};
 }
 
+// ---- quantize_routed: the MoE input stage (docs/numerics.md §13) ----
+//
+// x (T, K) bf16, fp16 or fp32 contiguous; index (N,) int32 or int64; counts (E,) int32 or int64;
+// scale (N,) fp32 or None; all on x's device. Outputs over Mp = padded_rows(N, E) rows (known from
+// the shapes: no sync): q_row (Mp, K), s_row s_row_shape(Mp, K, E) (M-groups over offs_p), q_col
+// logical (Mp, K) strides (1, Mp), s_col s_col_shape(Mp, K, E) (K-groups), offs_p (E,) int32,
+// dest (N,) int32. A skipped axis gives empty tensors (shape (0,)) in its two places. The CPU
+// dispatch (the reference) raises ValueError for an index out of range or counts that are negative
+// or do not sum to N; CUDA checks them on the device without a report (no status word, as for
+// grouped offs): a bad index reads as a zero row, bad counts are clamped, nothing is written
+// outside the outputs.
+
+void check_route_tensor(const char* op, const char* name, const Tensor& t, const Tensor& x,
+                        std::initializer_list<at::ScalarType> dtypes, const char* dtype_names) {
+  bool dtype_ok = false;
+  for (at::ScalarType d : dtypes) dtype_ok |= t.scalar_type() == d;
+  TORCH_CHECK_TYPE(dtype_ok, op, ": ", name, " must be ", dtype_names, ", got ",
+                   torch_dtype(t.scalar_type()));
+  TORCH_CHECK_VALUE(t.dim() == 1, op, ": ", name, " must be 1-D, got a ", t.dim(),
+                    "-D tensor of shape ", t.sym_sizes());
+  TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", name, " must be contiguous, got strides ",
+                    t.sym_strides());
+  TORCH_CHECK_VALUE(t.device() == x.device(), op, ": ", name, " must be on x's device (",
+                    x.device(), "), got ", t.device());
+}
+
+using Routed6 = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
+
+template <bool kMeta>
+Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& counts,
+                        const OptTensor& scale, c10::string_view scaling_mode, bool rowwise,
+                        bool colwise) {
+  constexpr const char* op = "mxq.quantize_routed";
+  const std::optional<DType> dtype = input_dtype(x.scalar_type());
+  TORCH_CHECK_TYPE(dtype.has_value(), op,
+                   ": x must be torch.bfloat16, torch.float16 or torch.float32, got ",
+                   torch_dtype(x.scalar_type()));
+  TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-D (T, K), got a ", x.dim(),
+                    "-D tensor of shape ", x.sym_sizes());
+  TORCH_CHECK_VALUE(x.is_contiguous(), op, ": x must be contiguous (row-major), got strides ",
+                    x.sym_strides(), " for shape ", x.sym_sizes());
+  check_route_tensor(op, "index", index, x, {at::kInt, at::kLong}, "torch.int32 or torch.int64");
+  check_route_tensor(op, "counts", counts, x, {at::kInt, at::kLong}, "torch.int32 or torch.int64");
+  if (scale.has_value()) {
+    check_route_tensor(op, "scale", *scale, x, {at::kFloat}, "torch.float32");
+    const bool n_ok = scale->sym_size(0).sym_eq(index.sym_size(0)).expect_true(__FILE__, __LINE__);
+    TORCH_CHECK_VALUE(n_ok, op, ": scale must have one entry per routed row (", index.sym_size(0),
+                      ",), got shape ", scale->sym_sizes());
+  }
+  ScalingMode mode = ScalingMode::kRceil;
+  call_core(op, [&] { mode = parse_scaling_mode(std::string(scaling_mode)); });
+  TORCH_CHECK_VALUE(rowwise || colwise, op,
+                    ": at least one of rowwise and colwise must be True, got both False");
+
+  const SymInt T = x.sym_size(0), K = x.sym_size(1);
+  const SymInt N = index.sym_size(0), E = counts.sym_size(0);
+  {
+    std::array<int64_t, 4> v{};
+    bool known = true;
+    size_t i = 0;
+    for (const SymInt& s : {T, K, N, E}) {
+      const std::optional<int64_t> n = s.maybe_as_int();
+      known &= n.has_value();
+      v[i++] = n.value_or(0);
+    }
+    if (known) call_core(op, [&] { check_routed_sizes(v[0], v[1], v[2], v[3]); });
+  }
+  const SymInt Mp = padded_rows(N, E);
+  const auto skipped = [&](at::ScalarType t) { return empty_output(x, {SymInt(0)}, t); };
+  Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(at::kFloat8_e8m0fnu);
+  Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(at::kFloat8_e8m0fnu);
+  if (rowwise) {
+    const auto s = s_row_shape(Mp, K, E, true);
+    q_row = empty_output(x, {Mp, K}, at::kFloat8_e4m3fn);
+    s_row = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+  }
+  if (colwise) {
+    const auto s = s_col_shape(Mp, K, E, true);
+    q_col = empty_output(x, {Mp, K}, at::kFloat8_e4m3fn, {SymInt(1), Mp});
+    s_col = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+  }
+  Tensor offs_p = empty_output(x, {E}, at::kInt);
+  Tensor dest = empty_output(x, {N}, at::kInt);
+  if (kMeta) return {q_row, s_row, q_col, s_col, offs_p, dest};
+
+  QuantizeRoutedParams p;
+  p.x = x.const_data_ptr();
+  p.dtype = *dtype;
+  p.T = x.size(0);
+  p.K = x.size(1);
+  p.index = index.const_data_ptr();
+  p.index_type = index.scalar_type() == at::kLong ? IndexType::kInt64 : IndexType::kInt32;
+  p.N = index.size(0);
+  p.counts = counts.const_data_ptr();
+  p.counts_type = counts.scalar_type() == at::kLong ? IndexType::kInt64 : IndexType::kInt32;
+  p.num_experts = counts.size(0);
+  p.scale = scale.has_value() ? scale->const_data_ptr<float>() : nullptr;
+  p.scaling_mode = mode;
+  if (rowwise) {
+    p.q_row = bytes(q_row);
+    p.s_row = bytes(s_row);
+  }
+  if (colwise) {
+    p.q_col = bytes(q_col);
+    p.s_col = bytes(s_col);
+  }
+  p.offs_p = offs_p.data_ptr<int32_t>();
+  p.dest = dest.data_ptr<int32_t>();
+  const DeviceGuard guard(x);
+  p.stream = current_stream(x);
+  call_core(op, [&] {
+    if (!x.is_cuda()) {
+      ref::quantize_routed(p);
+      return;
+    }
+    // Stream-ordered scratch from the caching allocator (graph-capturable), as for the composed
+    // path's workspace.
+    const Tensor ws =
+        empty_output(x, {SymInt(quantize_routed_workspace_bytes(p.N, p.num_experts))}, at::kByte);
+    p.workspace = ws.data_ptr();
+    mxq::quantize_routed(p);
+  });
+  return {q_row, s_row, q_col, s_col, offs_p, dest};
+}
+
 // ---- validate_offs: the one offs checker, synchronizing for CUDA tensors ----
 
 void validate_offs(const Tensor& offs, int64_t M) {
@@ -588,6 +715,11 @@ TORCH_LIBRARY(mxq, m) {
       "bool rowwise=True, bool colwise=True) "
       "-> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col)",
       tags);
+  m.def(
+      "quantize_routed(Tensor x, Tensor index, Tensor counts, Tensor? scale=None, "
+      "str scaling_mode=\"rceil\", bool rowwise=True, bool colwise=True) "
+      "-> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col, Tensor offs_p, Tensor dest)",
+      tags);
 }
 #undef MXQ_QUANT_ARGS_OUT
 #undef MXQ_QUANT_ARGS
@@ -601,7 +733,8 @@ TORCH_LIBRARY(mxq, m) {
   m.impl("quantize_rowwise", &mxq::torch_ext::quantize_rowwise<meta>);   \
   m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);   \
   m.impl("dequantize", &mxq::torch_ext::dequantize<meta>);               \
-  m.impl("quantize_weight", &mxq::torch_ext::quantize_weight<meta>)
+  m.impl("quantize_weight", &mxq::torch_ext::quantize_weight<meta>);     \
+  m.impl("quantize_routed", &mxq::torch_ext::quantize_routed<meta>)
 
 TORCH_LIBRARY_IMPL(mxq, CPU, m) {
   MXQ_REGISTER_IMPLS(m, false);

@@ -125,6 +125,14 @@ MXQ_HD constexpr Shape2d s_col_shape(int64_t M, int64_t K, int64_t num_groups = 
   return s_col_shape<int64_t>(M, K, num_groups, num_groups != 0);
 }
 
+// ---- the padded row space of routed rows (docs/numerics.md §12-§13) ----
+// N routed rows in E groups of any size, each group padded to a multiple of 32: enough rows for any
+// counts, known without reading them.
+template <typename Int>
+MXQ_HD constexpr Int padded_rows(const Int& N, const Int& num_groups) {
+  return round_up(N + num_groups * int64_t(kGroupAlign - 1), kGroupAlign);
+}
+
 // ---- expert weights W (G, N, K): each expert's (N, K) matrix quantized on its own ----
 // Rowwise along K: data (G, N, K), scales the blocked layout of each expert's (N, K/32) matrix,
 // experts one after another. Colwise along N: data (G, K, N) (each expert transposed), scales the

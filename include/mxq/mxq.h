@@ -5,7 +5,8 @@
 // outputs whose pointers are set — rowwise (q_row, s_row), colwise (q_col, s_col), or all four. A
 // null data/scale pair skips that axis. mxq::ref::quantize(p) is the bit-exact CPU reference of
 // the same call (host pointers). mxq::quantize_composed(p, workspace) is the three-kernel baseline
-// the fused kernel replaces (benchmarks compare against it).
+// the fused kernel replaces (benchmarks compare against it). mxq::quantize_routed(p) is the MoE
+// input stage: gather routed rows of x, pad each expert's rows to 32, quantize both axes (below).
 //
 //   mxq::QuantizeParams p;
 //   p.x = x; p.M = M; p.K = K;                       // bf16, row-major, device memory
@@ -70,6 +71,10 @@ enum StatusBits : int32_t {
   kOffsDecreasing = 1,  // offs[g] < offs[g-1] (or offs[0] < 0)
   kOffsBeyondM = 2,     // offs[g] > M
   kOffsMisaligned = 4,  // a group boundary not a multiple of kGroupAlign
+  // quantize_routed (its own inputs; its offs_p is computed, so the bits above stay 0):
+  kIndexOutOfRange = 8,  // an index entry outside [0, T): that routed row is quantized as zeros
+  kCountsNegative = 16,  // a counts entry below 0 (taken as 0)
+  kCountsSumNotN = 32,   // counts do not sum to N (routed rows past the counts get dest -1)
 };
 std::string describe_status(int32_t status);
 
@@ -92,6 +97,54 @@ struct QuantizeParams {
   bool rowwise() const { return q_row != nullptr || s_row != nullptr; }
   bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
+
+// ---- quantize_routed: the MoE input stage, gather by route + pad to 32 + quantize ----
+// (docs/numerics.md §13.) From x (T, K), index (N) — the source row of each routed row, in
+// expert-sorted order — and counts (E) routed rows per expert (sum N), with an optional fp32 scale
+// (N) per routed row, builds the padded row space of docs/numerics.md §12 — Mp = padded_rows(N, E)
+// rows (layout.h), expert e's rows from P_e = sum_{j<e} roundup(counts_j, 32), its padding rows
+// and the tail past offs_p[E-1] zero — and quantizes it as mxq::quantize(padded, offs = offs_p)
+// would, from one read of each routed row. Padded row P_e + i (the i-th row of expert e, routed row
+// r) holds x[index[r]], or with a scale bf16/fp16(fp32(x[index[r]]) * scale[r]) (fp32 x: the fp32
+// product): what a separate multiply hands the quantizer. Also writes offs_p (E) int32, the padded
+// group ends, and dest (N) int32, the padded row of each routed row.
+//
+// On the GPU, index and counts live on the device and are checked there (no host sync): an index
+// outside [0, T) reads as a zero row, a negative count counts as 0, counts summing past N are cut
+// at N and routed rows past their sum get dest -1; nothing is written outside the outputs, and the
+// optional status word reports it (StatusBits; check_status reads it). The CPU reference throws
+// for those instead.
+enum class IndexType : int32_t { kInt32 = 0, kInt64 = 1 };
+struct QuantizeRoutedParams {
+  const void* x = nullptr;  // (T, K), row-major, 16-byte aligned
+  DType dtype = DType::kBFloat16;
+  int64_t T = 0;                // rows of x: any count (a routed row reads one of them)
+  int64_t K = 0;                // a multiple of 32
+  const void* index = nullptr;  // (N): source row of each routed row, expert-sorted
+  IndexType index_type = IndexType::kInt32;
+  int64_t N = 0;
+  const void* counts = nullptr;  // (E): routed rows per expert, sum N
+  IndexType counts_type = IndexType::kInt32;
+  int64_t num_experts = 0;       // E, 1 to kMaxGroups
+  const float* scale = nullptr;  // optional (N): per routed row factor (gate scores)
+  ScalingMode scaling_mode = ScalingMode::kRceil;
+  uint8_t* q_row = nullptr;   // q_row_shape(Mp, K)
+  uint8_t* s_row = nullptr;   // s_row_shape(Mp, K, E): M-groups over offs_p
+  uint8_t* q_col = nullptr;   // q_col_shape(Mp, K): (K, Mp)
+  uint8_t* s_col = nullptr;   // s_col_shape(Mp, K, E): K-groups over offs_p
+  int32_t* offs_p = nullptr;  // (E): padded group ends
+  int32_t* dest = nullptr;    // (N): padded row of each routed row
+  void* workspace = nullptr;  // GPU: quantize_routed_workspace_bytes(N, E) bytes of device memory
+  int32_t* status = nullptr;  // optional (GPU): StatusBits of index and counts, every call
+  cudaStream_t stream = nullptr;
+
+  bool rowwise() const { return q_row != nullptr || s_row != nullptr; }
+  bool colwise() const { return q_col != nullptr || s_col != nullptr; }
+};
+// The GPU entry point's scratch: the source row and scale factor of each padded row (8 bytes a row).
+int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts);
+// The size rules of quantize_routed (throws as the op would): T, K, N, E.
+void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts);
 
 // ---- dequantize: e4m3 data (rows, cols) + scales of its (rows, cols/32) blocks -> bf16 ----
 // Rowwise: q_row (M, K) with s_row: blocked, or kMGroups with offs (rows are tokens). Colwise:
@@ -156,6 +209,9 @@ void quantize_composed(const QuantizeParams& p, void* workspace);
 int64_t composed_workspace_bytes(int64_t M, int64_t K);
 void dequantize(const DequantizeParams& p);
 void quantize_weight(const QuantizeWeightParams& p);
+// Two kernels: one plans the padded row space (offs_p, dest, each padded row's source into the
+// workspace, the status word), then the grouped tile kernel gathers rows through that plan.
+void quantize_routed(const QuantizeRoutedParams& p);
 
 // Host-side checker for users who want an exception: copies offs to the host (synchronizes the
 // stream) and throws mxq::Error describing the first malformed entry.
@@ -179,6 +235,10 @@ namespace ref {
 void quantize(const QuantizeParams& p);
 void dequantize(const DequantizeParams& p);
 void quantize_weight(const QuantizeWeightParams& p);
+// Gathers, scales and pads into a host buffer, then ref::quantize with offs_p (docs/numerics.md
+// §13); throws for an index out of range or counts that are negative or do not sum to N. The
+// workspace is not used (may be null); a status word is written 0.
+void quantize_routed(const QuantizeRoutedParams& p);
 }  // namespace ref
 
 }  // namespace mxq

@@ -173,6 +173,31 @@ MXQ_HD uint16_t bf16_from_f32(float f) {
   return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// fp32 -> fp16 bits with round to nearest even (subnormals kept, overflow to Inf, every NaN the
+// canonical 0x7E00): what a cast of an fp32 product to fp16 gives.
+constexpr uint16_t kF16CanonicalNan = 0x7E00;
+MXQ_HD uint16_t f16_from_f32(float f) {
+  const uint32_t bits = f32_bits(f);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  const uint32_t a = bits & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return kF16CanonicalNan;
+  if (a >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // >= 65520 rounds to Inf
+  if (a >= 0x38800000u) {                                 // normal: rebias, round 13 bits
+    const uint32_t r = a + 0xFFFu + ((a >> 13) & 1u);
+    return uint16_t(sign | ((r >> 13) - (112u << 10)));
+  }
+  // Subnormal (or zero) in fp16: the value in units of 2^-24, rounded to nearest even.
+  const uint32_t exponent = a >> 23;
+  const uint32_t mantissa = (a & 0x7FFFFFu) | (exponent != 0 ? 0x800000u : 0u);
+  const uint32_t shift = 126u - (exponent != 0 ? exponent : 1u);  // >= 14
+  if (shift > 24u) return sign;
+  uint32_t q = mantissa >> shift;
+  const uint32_t rem = mantissa & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) ++q;
+  return uint16_t(sign | q);
+}
+
 // fp16 bits -> fp32, exact (subnormals kept; Inf and NaN stay Inf and NaN).
 MXQ_HD float f16_to_f32(uint16_t h) {
   const uint32_t sign = uint32_t(h & 0x8000u) << 16;

@@ -11,6 +11,7 @@ and Meta impls; see torch_ext/ops.cpp). The typed Python API:
     mxq.MXFP8Linear(..., config=None)         # mxq.linear; mxq.mxfp8_linear(x, weight, bias, config=None)
     mxq.grouped_mm(x, w, offs, config=None)   # mxq.moe: MXFP8 grouped GEMM (MoE experts, groups of any size)
     mxq.MXFP8GroupedExperts(...)              # mxq.moe; mxq.GroupedExperts is the bf16 reference module
+    mxq.TokenDispatcher(num_experts, config=None)  # mxq.dispatch: MoE dispatch/combine, routed x quantized once
     mxq.nn.convert(model, config=None)        # linears and expert modules to MXFP8, in place (docs/training.md)
     mxq.integrations.torchtitan               # TorchTitan's model converter (imports torchtitan; not loaded here)
 
@@ -54,16 +55,19 @@ _library_path = _load_extension()
 
 from . import nn
 from .config import MXFP8Config
+from .dispatch import RoutedTokens, TokenDispatcher
 from .linear import MXFP8Linear, mxfp8_linear
 from .moe import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
 from .ops import (
     MXTensors,
+    RoutedMXTensors,
     dequantize,
     dequantize_colwise,
     dequantize_rowwise,
     empty_quantized,
     has_cuda_kernels,
     quantize,
+    quantize_routed,
     quantize_weight,
     validate_offs,
 )
@@ -74,6 +78,9 @@ __all__ = [
     "MXFP8GroupedExperts",
     "MXFP8Linear",
     "MXTensors",
+    "RoutedMXTensors",
+    "RoutedTokens",
+    "TokenDispatcher",
     "bf16_grouped_mm",
     "dequantize",
     "dequantize_colwise",
@@ -84,6 +91,7 @@ __all__ = [
     "mxfp8_linear",
     "nn",
     "quantize",
+    "quantize_routed",
     "quantize_weight",
     "validate_offs",
 ]

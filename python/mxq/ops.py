@@ -32,6 +32,7 @@ _quantize_rowwise = _ops.quantize_rowwise.default
 _quantize_colwise = _ops.quantize_colwise.default
 _dequantize = _ops.dequantize.default
 _quantize_weight = _ops.quantize_weight.default
+_quantize_routed = _ops.quantize_routed.default
 
 BACKENDS = ("fused", "composed")
 WEIGHT_SCALINGS = ("1x32", "32x32")
@@ -278,6 +279,79 @@ def quantize_weight(
     q_row, s_row, q_col, s_col = _quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
     return MXTensors(
         q_row if rowwise else None, s_row if rowwise else None, q_col if colwise else None, s_col if colwise else None
+    )
+
+
+class RoutedMXTensors(NamedTuple):
+    """The outputs of :func:`quantize_routed`: the four of :func:`quantize` over the padded row space (the axes that
+    were not requested are None), the padded group ends and the padded row of each routed row."""
+
+    q_row: Tensor | None
+    s_row: Tensor | None
+    q_col: Tensor | None
+    s_col: Tensor | None
+    offs_p: Tensor
+    dest: Tensor
+
+
+def quantize_routed(
+    x: Tensor,
+    index: Tensor,
+    counts: Tensor,
+    *,
+    scale: Tensor | None = None,
+    scaling_mode: str = "rceil",
+    rowwise: bool = True,
+    colwise: bool = True,
+) -> RoutedMXTensors:
+    """The MoE input stage in one pass (docs/numerics.md §13): gathers the routed rows of ``x``, pads every expert's
+    rows to a multiple of 32 and MXFP8-quantizes them on the requested axes, from one read of each routed row.
+
+    ``x`` (T, K) bf16, fp16 or fp32, contiguous, K a multiple of 32; ``index`` (N,) int32 or int64, the source row of
+    each routed row in expert-sorted order (e.g. ``argsort(expert_ids.flatten(), stable=True) // top_k``);
+    ``counts`` (E,) int32 or int64, routed rows per expert (Σ = N), 1 <= E <= 1024; ``scale`` (N,) float32 or None, a
+    factor per routed row (gate scores): the quantized value is ``(x[index].float() * scale[:, None]).to(x.dtype)``,
+    exactly what a separate multiply would hand the quantizer. All on x's device.
+
+    The padded row space (docs/numerics.md §12) has ``Mp = roundup(N + 31·E, 32)`` rows, known from the shapes (no
+    host sync): expert e's rows start at ``P_e = Σ_{j<e} roundup(counts[j], 32)``, its padding rows follow (zeros),
+    and the rows past ``offs_p[E-1]`` are the uncovered tail (zeros). Returns, as :func:`quantize` of that padded
+    tensor with ``offs=offs_p`` would (raw bytes identical):
+
+        q_row   float8_e4m3fn  (Mp, K)
+        s_row   float8_e8m0fnu (roundup(Mp,128) + 128E, roundup(K/32,4)): M-groups layout over offs_p
+        q_col   float8_e4m3fn  logical (Mp, K), strides (1, Mp): q_col.t() is the row-major (K, Mp) array
+        s_col   float8_e8m0fnu (roundup(K,128), Mp/32 + 4E): K-groups layout over offs_p
+        offs_p  int32 (E,): the padded group ends, offs_p[e] = P_e + roundup(counts[e], 32)
+        dest    int32 (N,): the padded row of each routed row (for the combine)
+
+    On CPU tensors (the bit-exact reference) an index outside [0, T) or counts that are negative or do not sum to N
+    raise ValueError. On CUDA they live on the device and are not read on the host: a bad index quantizes as a zero
+    row, negative counts count as 0, counts past N are cut there (those routed rows get dest -1); nothing is written
+    outside the outputs and no exception is raised (the C++ API's optional status word reports it).
+
+    Raises TypeError for an argument of the wrong type or dtype, ValueError for a bad value.
+    """
+    op = "mxq.quantize_routed"
+    check_types(
+        op,
+        ("x", x, Tensor),
+        ("index", index, Tensor),
+        ("counts", counts, Tensor),
+        ("scaling_mode", scaling_mode, str),
+        ("rowwise", rowwise, bool),
+        ("colwise", colwise, bool),
+    )
+    if scale is not None:
+        check_type(op, "scale", scale, Tensor)
+    q_row, s_row, q_col, s_col, offs_p, dest = _quantize_routed(x, index, counts, scale, scaling_mode, rowwise, colwise)
+    return RoutedMXTensors(
+        q_row if rowwise else None,
+        s_row if rowwise else None,
+        q_col if colwise else None,
+        s_col if colwise else None,
+        offs_p,
+        dest,
     )
 
 

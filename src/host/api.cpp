@@ -55,12 +55,19 @@ const char* version() { return MXQ_VERSION; }
 std::string describe_status(int32_t status) {
   if (status == 0) return "ok";
   std::ostringstream os;
-  os << "malformed offs (status " << status << "):";
+  constexpr int32_t kOffsBits = kOffsDecreasing | kOffsBeyondM | kOffsMisaligned;
+  constexpr int32_t kRoutedBits = kIndexOutOfRange | kCountsNegative | kCountsSumNotN;
+  os << ((status & kRoutedBits) != 0 && (status & kOffsBits) == 0 ? "bad routing"
+                                                                  : "malformed offs")
+     << " (status " << status << "):";
   if (status & kOffsDecreasing) os << " offsets decrease (or are negative);";
   if (status & kOffsBeyondM) os << " an offset exceeds M;";
   if (status & kOffsMisaligned)
     os << " a group boundary is not a multiple of " << kGroupAlign << ";";
-  const int32_t unknown = status & ~(kOffsDecreasing | kOffsBeyondM | kOffsMisaligned);
+  if (status & kIndexOutOfRange) os << " an index entry is outside [0, T) (its row reads as 0);";
+  if (status & kCountsNegative) os << " a counts entry is negative (taken as 0);";
+  if (status & kCountsSumNotN) os << " counts do not sum to N;";
+  const int32_t unknown = status & ~(kOffsBits | kRoutedBits);
   if (unknown != 0) os << " unknown bits " << unknown << ";";
   return os.str();
 }
@@ -94,6 +101,26 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
               composed_workspace_bytes(p.M, p.K), " bytes)");
     detail::require_supported_device();
     detail::launch_quantize_composed(p, static_cast<uint8_t*>(workspace));
+  });
+}
+
+int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts) {
+  return detail::with_op("mxq::quantize_routed_workspace_bytes", [&] {
+    detail::check_routed_sizes(0, 0, N, num_experts);
+    return padded_rows(N, num_experts) * 8;  // kernels::RouteEntry: source row, scale factor
+  });
+}
+
+void quantize_routed(const QuantizeRoutedParams& p) {
+  detail::with_op("mxq::quantize_routed", [&] {
+    detail::validate(p);
+    MXQ_CHECK(p.workspace != nullptr,
+              "workspace is null (it needs quantize_routed_workspace_bytes(N, E) = ",
+              padded_rows(p.N, p.num_experts) * 8, " bytes)");
+    MXQ_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0,
+              "workspace must be 16-byte aligned, got address ", p.workspace);
+    detail::require_supported_device();
+    detail::launch_quantize_routed(p);
   });
 }
 

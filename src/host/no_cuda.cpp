@@ -16,6 +16,7 @@ void launch_quantize(const QuantizeParams&) { no_cuda(); }
 void launch_quantize_composed(const QuantizeParams&, uint8_t*) { no_cuda(); }
 void launch_dequantize(const DequantizeParams&) { no_cuda(); }
 void launch_quantize_weight(const QuantizeWeightParams&) { no_cuda(); }
+void launch_quantize_routed(const QuantizeRoutedParams&) { no_cuda(); }
 
 }  // namespace detail
 

@@ -146,9 +146,56 @@ void validate(const DequantizeParams& p) {
   check_ptr(p.out, "out");
 }
 
+void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts) {
+  MXQ_CHECK(T >= 0 && T <= kMaxDim, "T (rows of x) must be in [0, 2^31-1], got ", T);
+  check_dim("K", K);
+  MXQ_CHECK(N >= 0 && N <= kMaxDim,
+            "N (routed rows, the length of index) must be in [0, 2^31-1], got ", N);
+  MXQ_CHECK(num_experts >= 1 && num_experts <= kMaxGroups, "counts must hold 1 to ", kMaxGroups,
+            " experts, got E=", num_experts);
+  MXQ_CHECK(padded_rows(N, num_experts) <= kMaxDim,
+            "the padded rows roundup(N + 31*E, 32) must be at most 2^31-1, got ",
+            padded_rows(N, num_experts), " (N=", N, ", E=", num_experts, ")");
+}
+
+void validate(const QuantizeRoutedParams& p) {
+  check_routed_sizes(p.T, p.K, p.N, p.num_experts);
+  check_dtype(p.dtype);
+  check_scaling_mode(p.scaling_mode);
+  const auto check_index_type = [](IndexType t, const char* name) {
+    MXQ_CHECK(t == IndexType::kInt32 || t == IndexType::kInt64, name,
+              " must be IndexType::kInt32 or kInt64, got ", static_cast<int>(t));
+  };
+  check_index_type(p.index_type, "index_type");
+  check_index_type(p.counts_type, "counts_type");
+  const auto width = [](IndexType t) { return t == IndexType::kInt64 ? 8 : 4; };
+  MXQ_CHECK(p.rowwise() || p.colwise() || p.K == 0,
+            "nothing to compute: set q_row and s_row (rowwise), q_col and s_col (colwise), or all "
+            "four");
+  if (p.T > 0 && p.K > 0) check_ptr(p.x, "x");
+  if (p.N > 0) {
+    check_ptr(p.index, "index", width(p.index_type));
+    check_ptr(p.dest, "dest", 4);
+    if (p.scale != nullptr) check_ptr(p.scale, "scale", 4);
+  }
+  check_ptr(p.counts, "counts", width(p.counts_type));
+  check_ptr(p.offs_p, "offs_p", 4);
+  if (p.status != nullptr) check_ptr(p.status, "status", 4);
+  const int64_t Mp = padded_rows(p.N, p.num_experts);
+  check_pair(p.q_row, p.s_row, q_row_shape(Mp, p.K).bytes(),
+             s_row_shape(Mp, p.K, p.num_experts).bytes(), "q_row", "s_row");
+  check_pair(p.q_col, p.s_col, q_col_shape(Mp, p.K).bytes(),
+             s_col_shape(Mp, p.K, p.num_experts).bytes(), "q_col", "s_col");
+}
+
 }  // namespace mxq::detail
 
 namespace mxq {
+
+void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts) {
+  detail::with_op("mxq::check_routed_sizes",
+                  [&] { detail::check_routed_sizes(T, K, N, num_experts); });
+}
 
 void check_sizes(int64_t M, int64_t K, int64_t num_groups) {
   detail::with_op("mxq::check_sizes", [&] { detail::check_sizes(M, K, num_groups); });

@@ -13,6 +13,9 @@ void validate(const QuantizeParams& p);
 void validate(const DequantizeParams& p);
 // Expert weights (docs/numerics.md §11): N and K multiples of kDimAlign, G at least 1.
 void validate(const QuantizeWeightParams& p);
+// quantize_routed: sizes, types, pointers (not the workspace, which only the GPU path uses).
+void validate(const QuantizeRoutedParams& p);
+void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts);
 
 // The size rules (the public check_sizes / check_weight_sizes without an op name); num_groups < 0:
 // dense, or the group count is checked elsewhere.

@@ -12,6 +12,8 @@ void launch_quantize(const QuantizeParams& p);  // quantize.cu
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace);
 void launch_dequantize(const DequantizeParams& p);
 void launch_quantize_weight(const QuantizeWeightParams& p);  // quantize_weight.cu
+// The routing plan (route.cu), then the routed tile kernel (quantize.cu).
+void launch_quantize_routed(const QuantizeRoutedParams& p);
 // The composed path's third kernel (to_blocked.cu): plain S_col (K, M/32) -> p.s_col (blocked, or
 // K-groups with p.offs, writing p.status).
 void launch_to_blocked(const uint8_t* s_col_plain, const QuantizeParams& p);

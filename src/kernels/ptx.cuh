@@ -129,4 +129,17 @@ __device__ __forceinline__ float cvt_f32_f16(uint32_t h) {
   return f;
 }
 
+// cvt (9.7.9.21): two fp32 -> two bf16 / two fp16, round to nearest even (no flush: subnormals
+// kept; overflow to Inf). `hi` becomes the high half, `lo` the low half.
+__device__ __forceinline__ uint32_t cvt_rn_bf16x2_f32(float hi, float lo) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ uint32_t cvt_rn_f16x2_f32(float hi, float lo) {
+  uint32_t d;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+
 }  // namespace mxq::ptx

@@ -2,6 +2,7 @@
 // variant (quantize.h), tile height and input type choose one tile kernel (quantize_tile.cuh).
 #include <cuda_runtime.h>
 
+#include "../host/validate.h"
 #include "launch.h"
 #include "quantize_tile.cuh"
 
@@ -21,8 +22,8 @@ int tile_rows(const QuantizeParams& p) {
   return half_tiles <= resident ? kAtomRows / 2 : kAtomRows;
 }
 
-TileParams tile_params(const QuantizeParams& p) {
-  TileParams t{};
+RoutedTileParams tile_params(const QuantizeParams& p) {
+  RoutedTileParams t{};
   t.x = static_cast<const uint16_t*>(p.x);
   t.M = p.M;
   t.K = p.K;
@@ -41,15 +42,21 @@ TileParams tile_params(const QuantizeParams& p) {
 }
 
 // The tile kernel of t's height and the input type, for `variant`.
-void launch(const TileParams& t, Variant variant, DType in, ScalingMode mode, cudaStream_t stream) {
-  if (in == DType::kFloat32) return launch_tile_f32(t, variant, mode, stream);
-  dispatch<DType::kBFloat16, DType::kFloat16>(in, [&](auto d) {
-    constexpr DType kIn = decltype(d)::value;
-    if (t.rows == kAtomRows) {
-      launch_tile128<kIn>(t, variant, mode, stream);
-    } else {
-      launch_tile64<kIn>(t, variant, mode, stream);
-    }
+void launch(const RoutedTileParams& t, Variant variant, DType in, ScalingMode mode,
+            cudaStream_t stream) {
+  const bool routed = variant == Variant::kRoutedRowwise || variant == Variant::kRoutedColwise ||
+                      variant == Variant::kRoutedDual;
+  dispatch_bool(routed, [&](auto r) {
+    constexpr bool kRouted = decltype(r)::value;
+    if (in == DType::kFloat32) return launch_tile_f32<kRouted>(t, variant, mode, stream);
+    dispatch<DType::kBFloat16, DType::kFloat16>(in, [&](auto d) {
+      constexpr DType kIn = decltype(d)::value;
+      if (t.rows == kAtomRows) {
+        launch_tile128<kIn, kRouted>(t, variant, mode, stream);
+      } else {
+        launch_tile64<kIn, kRouted>(t, variant, mode, stream);
+      }
+    });
   });
 }
 
@@ -67,15 +74,62 @@ void launch_quantize(const QuantizeParams& p) {
   kernels::launch(kernels::tile_params(p), variant, p.dtype, p.scaling_mode, p.stream);
 }
 
+// Two launches, in stream order: the plan (route.cu) writes offs_p, dest and each padded row's
+// RouteEntry into the workspace (and the status word, cleared first); the routed tile kernel, a
+// programmatic dependent of it, waits for those writes (griddepcontrol.wait) and then quantizes the
+// Mp padded rows as grouped mode with offs_p. offs_p is well formed by construction (the plan
+// clamps bad counts), so the tile kernel gets no status word: the plan's is the report.
+void launch_quantize_routed(const QuantizeRoutedParams& p) {
+  const int64_t Mp = padded_rows(p.N, p.num_experts);
+  auto* route = static_cast<kernels::RouteEntry*>(p.workspace);
+  if (p.status != nullptr) MXQ_CHECK_CUDA(cudaMemsetAsync(p.status, 0, sizeof(int32_t), p.stream));
+  kernels::RoutePlanParams plan{};
+  plan.index = p.index;
+  plan.counts = p.counts;
+  plan.scale = p.scale;
+  plan.index64 = p.index_type == IndexType::kInt64;
+  plan.counts64 = p.counts_type == IndexType::kInt64;
+  plan.T = p.T;
+  plan.N = p.N;
+  plan.Mp = Mp;
+  plan.E = static_cast<int>(p.num_experts);
+  plan.offs_p = p.offs_p;
+  plan.dest = p.dest;
+  plan.route = route;
+  plan.status = p.status;
+  kernels::launch_route_plan(plan, p.stream);
+
+  QuantizeParams q;
+  q.x = p.x;
+  q.dtype = p.dtype;
+  q.M = Mp;
+  q.K = p.K;
+  q.scaling_mode = p.scaling_mode;
+  q.offs = p.offs_p;
+  q.num_groups = p.num_experts;
+  q.q_row = p.q_row;
+  q.s_row = p.s_row;
+  q.q_col = p.q_col;
+  q.s_col = p.s_col;
+  if (nothing_to_write(q)) return;
+  kernels::RoutedTileParams t = kernels::tile_params(q);
+  t.route = route;
+  t.scaled = p.scale != nullptr;
+  const Variant variant = !q.colwise()   ? Variant::kRoutedRowwise
+                          : !q.rowwise() ? Variant::kRoutedColwise
+                                         : Variant::kRoutedDual;
+  kernels::launch(t, variant, p.dtype, p.scaling_mode, p.stream);
+}
+
 // The baseline: the rowwise kernel (M-groups s_row itself when grouped: the layout is the same
 // kernel's), the colwise kernel writing plain S_col, and to_blocked placing it.
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace) {
-  kernels::TileParams row = kernels::tile_params(p);
+  kernels::RoutedTileParams row = kernels::tile_params(p);
   row.q_col = row.s_col = nullptr;
   row.status = nullptr;  // to_blocked reports on offs
   const Variant row_variant = p.offs == nullptr ? Variant::kRowwise : Variant::kGroupedRowwise;
   kernels::launch(row, row_variant, p.dtype, p.scaling_mode, p.stream);
-  kernels::TileParams col = kernels::tile_params(p);
+  kernels::RoutedTileParams col = kernels::tile_params(p);
   col.q_row = col.s_row = nullptr;
   col.s_col = workspace;  // plain S_col (K, M/32)
   col.offs = nullptr;

@@ -32,6 +32,11 @@
 //   (scales.cuh plan_tile_places, no second launch); the first CTA barrier after the plan
 //   publishes it. The CTAs past the tiles zero the grouped layouts' slack and write the status
 //   word.
+// - Routed variants (quantize_routed): their own kernels (RoutedTileParams; each family's body is
+//   one inline function of both kernels), grouped, with tile row m read from x's row route[m].row
+//   (route.cu's plan; -1 stages zeros, as past the edge of x), and, with a scale, each thread
+//   multiplies the chunks it staged itself by the row's factor and rounds them to the input type
+//   in place after its cp.async wait, before the barrier the phases already have.
 // - Shared memory stays under the 48 KB that need no opt-in attribute, so launches set no function
 //   attribute (a driver call per launch).
 #pragma once
@@ -114,14 +119,19 @@ static_assert(sizeof(SharedStorage) * Config<>::kMinBlocksPerSm <= 227 * 1024,
 // The outputs of a variant as the kernels test them.
 template <Variant kV>
 struct VariantTraits {
+  static constexpr bool kRouted =
+      kV == Variant::kRoutedRowwise || kV == Variant::kRoutedColwise || kV == Variant::kRoutedDual;
   static constexpr bool kGrouped = kV == Variant::kGroupedRowwise ||
-                                   kV == Variant::kGroupedColwise || kV == Variant::kGroupedDual;
+                                   kV == Variant::kGroupedColwise || kV == Variant::kGroupedDual ||
+                                   kRouted;
   static constexpr bool kRowwise = kV == Variant::kRowwise || kV == Variant::kDual ||
-                                   kV == Variant::kGroupedRowwise || kV == Variant::kGroupedDual;
+                                   kV == Variant::kGroupedRowwise || kV == Variant::kGroupedDual ||
+                                   kV == Variant::kRoutedRowwise || kV == Variant::kRoutedDual;
   static constexpr ColScales kCol =
       kV == Variant::kColwisePlain                                    ? ColScales::kPlain
       : kV == Variant::kColwise || kV == Variant::kDual               ? ColScales::kBlocked
       : kV == Variant::kGroupedColwise || kV == Variant::kGroupedDual ? ColScales::kKGroups
+      : kV == Variant::kRoutedColwise || kV == Variant::kRoutedDual   ? ColScales::kKGroups
                                                                       : ColScales::kNone;
   static constexpr bool kColwise = kCol != ColScales::kNone;
 };
@@ -218,6 +228,86 @@ __device__ __forceinline__ void load_tile(uint4 (*tile)[Config<>::kChunksPerRow]
   const int chunk = lane % Cfg::kChunksPerRow;
   const int row0 = warp * Cfg::kRowsPerWarp + lane / Cfg::kChunksPerRow;
   issue_loads<Cfg>(tile, p, m0, k0, rows, chunk, row0, chunk * Cfg::kChunk < cols);
+}
+
+// ---- load, routed ----
+// Each thread holds the RouteEntry of one row of its warp's rows (row kRowsPerWarp * warp + lane %
+// kRowsPerWarp: one 8-byte load per thread, no barrier) and the copies of a row shuffle it from
+// there. A row past the tile (`rows`) or without a source (-1) stages zeros.
+template <int kRowsPerWarp>
+__device__ __forceinline__ RouteEntry route_entry(const RoutedTileParams& p, int64_t m0, int rows,
+                                                  int warp, int lane) {
+  const int row = warp * kRowsPerWarp + lane % kRowsPerWarp;
+  RouteEntry e{-1, 1.f};
+  if (row < rows) {
+    const int2 v = *reinterpret_cast<const int2*>(p.route + m0 + row);
+    e = {v.x, __int_as_float(v.y)};
+  }
+  return e;
+}
+
+// The chunk of 16-bit or fp32 values times `f`, each product rounded once to the input type (RNE).
+template <DType kIn>
+__device__ __forceinline__ uint4 scale_chunk(uint4 c, float f) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(&c);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kIn == DType::kFloat32) {
+      w[i] = __float_as_uint(mul_rn(__uint_as_float(w[i]), f));
+    } else if constexpr (kIn == DType::kBFloat16) {
+      w[i] =
+          ptx::cvt_rn_bf16x2_f32(mul_rn(Widen<kIn>::hi(w[i]), f), mul_rn(Widen<kIn>::lo(w[i]), f));
+    } else {
+      w[i] =
+          ptx::cvt_rn_f16x2_f32(mul_rn(Widen<kIn>::hi(w[i]), f), mul_rn(Widen<kIn>::lo(w[i]), f));
+    }
+  }
+  return c;
+}
+
+// issue_loads of a routed launch: the same copies, each from its row's source row of x.
+template <class Cfg>
+__device__ __forceinline__ void gather_tile(uint4 (*tile)[Config<>::kChunksPerRow],
+                                            const RoutedTileParams& p, int64_t k0, int cols,
+                                            const RouteEntry& mine, int warp, int lane) {
+  constexpr int kLoadStep = 32 / Cfg::kChunksPerRow;  // 2 rows per warp instruction
+  const int chunk = lane % Cfg::kChunksPerRow;
+  const int local0 = lane / Cfg::kChunksPerRow;  // the warp's row of copy 0
+  const int row0 = warp * Cfg::kRowsPerWarp + local0;
+  const bool chunk_in = chunk * Cfg::kChunk < cols;
+  const uint16_t* x = p.x + k0 + chunk * Cfg::kChunk;
+  const int load_key = tile_key(row0, chunk / 8);  // rows row0 + 2i
+#pragma unroll
+  for (int i = 0; i < Cfg::kLoads; ++i) {
+    const int src = __shfl_sync(0xFFFFFFFFu, mine.row, local0 + i * kLoadStep);
+    const bool in = chunk_in && src >= 0;
+    ptx::cp_async_cg_16(&tile[row0 + i * kLoadStep][chunk ^ load_key],
+                        in ? x + int64_t(src) * p.K : p.x, in);
+  }
+}
+
+// With a scale: the thread's own copies of gather_tile, once complete (after cp.async.wait_all),
+// times their rows' factors. Rows without a source stay zero.
+template <class Cfg, DType kIn>
+__device__ __forceinline__ void scale_gathered(uint4 (*tile)[Config<>::kChunksPerRow],
+                                               const RoutedTileParams& p, int cols,
+                                               const RouteEntry& mine, int warp, int lane) {
+  if (!p.scaled) return;
+  constexpr int kLoadStep = 32 / Cfg::kChunksPerRow;
+  const int chunk = lane % Cfg::kChunksPerRow;
+  const int local0 = lane / Cfg::kChunksPerRow;
+  const int row0 = warp * Cfg::kRowsPerWarp + local0;
+  const bool chunk_in = chunk * Cfg::kChunk < cols;
+  const int load_key = tile_key(row0, chunk / 8);
+#pragma unroll
+  for (int i = 0; i < Cfg::kLoads; ++i) {
+    const int src = __shfl_sync(0xFFFFFFFFu, mine.row, local0 + i * kLoadStep);
+    const float f = __shfl_sync(0xFFFFFFFFu, mine.scale, local0 + i * kLoadStep);
+    if (chunk_in && src >= 0) {
+      uint4& c = tile[row0 + i * kLoadStep][chunk ^ load_key];
+      c = scale_chunk<kIn>(c, f);
+    }
+  }
 }
 
 // ---- rowwise ----
@@ -368,28 +458,34 @@ inline int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
 
 // Launches `kernel`, the tile kernel of variant kV, over the tiles of params (and the appended
 // CTAs of a grouped variant).
-template <Variant kV>
-void launch_tiles(void (*kernel)(TileParams), int threads, const TileParams& params,
-                  cudaStream_t stream) {
+// Params: TileParams, or RoutedTileParams for a routed kernel.
+template <Variant kV, class Params>
+void launch_tiles(void (*kernel)(Params), int threads, const Params& params, cudaStream_t stream) {
   using V = VariantTraits<kV>;
   constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorage));
   const int64_t grid =
       params.tiles + (V::kGrouped ? appended_ctas(params, V::kRowwise, V::kCol) : 0);
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
   if (grid == 0) return;
-  TileParams p = params;
+  Params p = params;
   p.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
   launch_dependent(kernel, static_cast<unsigned>(grid), threads, smem_bytes, stream, p);
 }
 
-// Calls f(variant, mode), both as std::integral_constant, for the runtime pair: every variant and
-// scaling mode, the 14 kernels of a tile kernel family per input type.
-template <typename F>
+// Calls f(variant, mode), both as std::integral_constant, for the runtime pair: every scaling mode
+// and every variant of the set, the 14 kernels of a tile kernel family per input type (kRouted: the
+// 6 routed ones, compiled in their own translation units).
+template <bool kRouted, typename F>
 void dispatch_variant(Variant variant, ScalingMode mode, F&& f) {
   dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(mode, [&](auto m) {
-    dispatch<Variant::kRowwise, Variant::kColwise, Variant::kDual, Variant::kGroupedRowwise,
-             Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(
-        variant, [&](auto v) { f(v, m); });
+    if constexpr (kRouted) {
+      dispatch<Variant::kRoutedRowwise, Variant::kRoutedColwise, Variant::kRoutedDual>(
+          variant, [&](auto v) { f(v, m); });
+    } else {
+      dispatch<Variant::kRowwise, Variant::kColwise, Variant::kDual, Variant::kGroupedRowwise,
+               Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(
+          variant, [&](auto v) { f(v, m); });
+    }
   });
 }
 

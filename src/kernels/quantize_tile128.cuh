@@ -2,7 +2,8 @@
 // which maps to one whole 512-byte scale atom per axis (quantize_tile.cuh has the contract and the
 // phases). Instantiated per input type by quantize_tile128_{bf16,fp16}.cu.
 //   ---- load ----     8 cp.async copies of 16 bytes per thread: 32 KiB in flight per CTA, 4 CTAs
-//                      per SM. Grouped: warp 0 then plans the tile's scale places while its own
+//                      per SM (routed: from each row's source row, scaled in place after the
+//                      wait). Grouped: warp 0 then plans the tile's scale places while its own
 //                      loads are in flight and the other warps go on with their rows.
 //   ---- rowwise ----  a thread converts two whole 1x32 blocks (rows 8 apart).
 //   ---- colwise ----  two ldmatrix passes per warp, each one 8-column group x 4 bands.
@@ -15,9 +16,9 @@
 
 namespace mxq::kernels {
 
-template <DType kIn, ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile128_kernel(const TileParams p) {
+// The kernel body, for TileParams or (routed variants) RoutedTileParams.
+template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+__device__ __forceinline__ void tile128_body(const Params& p) {
   using Cfg = Config<kAtomRows>;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
@@ -37,22 +38,47 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   // ---- load ---- then, grouped, warp 0 plans behind its loads; the barrier after the rowwise
   // pass publishes the places.
   __shared__ TilePlaces places;
-  load_tile<Cfg>(smem.tile, p, m0, k0, rows, cols, warp, lane);
+  [[maybe_unused]] RouteEntry route{};
+  if constexpr (V::kRouted) {
+    route = route_entry<Cfg::kRowsPerWarp>(p, m0, rows, warp, lane);
+    gather_tile<Cfg>(smem.tile, p, k0, cols, route, warp, lane);
+  } else {
+    load_tile<Cfg>(smem.tile, p, m0, k0, rows, cols, warp, lane);
+  }
   if (V::kGrouped && warp == 0) {
     plan_tile_places<Cfg::kBands>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, V::kRowwise,
                                   V::kCol == ColScales::kKGroups);
   }
   ptx::cp_async_wait_all();
+  if constexpr (V::kRouted) scale_gathered<Cfg, kIn>(smem.tile, p, cols, route, warp, lane);
   __syncwarp();
   staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
 }
 
-template <DType kIn>
-void launch_tile128(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream) {
-  dispatch_variant(variant, mode, [&](auto v, auto m) {
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile128_kernel(const TileParams p) {
+  tile128_body<kIn, kMode, kV>(p);
+}
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile128_routed_kernel(const RoutedTileParams p) {
+  tile128_body<kIn, kMode, kV>(p);
+}
+
+template <DType kIn, bool kRouted>
+void launch_tile128(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                    cudaStream_t stream) {
+  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
-    launch_tiles<kV>(quantize_tile128_kernel<kIn, decltype(m)::value, kV>, Config<>::kThreads, p,
-                     stream);
+    constexpr ScalingMode kMode = decltype(m)::value;
+    if constexpr (kRouted) {
+      launch_tiles<kV>(quantize_tile128_routed_kernel<kIn, kMode, kV>, Config<>::kThreads, p,
+                       stream);
+    } else {
+      launch_tiles<kV>(quantize_tile128_kernel<kIn, kMode, kV>, Config<>::kThreads,
+                       static_cast<const TileParams&>(p), stream);
+    }
   });
 }
 

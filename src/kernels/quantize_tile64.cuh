@@ -3,7 +3,8 @@
 // tiles when all of them fit in one wave of resident CTAs (quantize.cu tile_rows): more, shorter
 // CTAs per SM then overlap one's loads with another's math and stores. Instantiated per input type
 // by quantize_tile64_{bf16,fp16}.cu.
-//   ---- load ----     4 cp.async copies of 16 bytes per thread. Grouped: warp 0 plans the tile's
+//   ---- load ----     4 cp.async copies of 16 bytes per thread (routed: from each row's source
+//                      row, scaled in place after the wait). Grouped: warp 0 plans the tile's
 //                      scale places before its loads (rejected: planning behind them, as the
 //                      128-row tile does, cost the grouped launch 10% here, where every CTA issues
 //                      its loads at once).
@@ -21,9 +22,9 @@
 
 namespace mxq::kernels {
 
-template <DType kIn, ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile64_kernel(const TileParams p) {
+// The kernel body, for TileParams or (routed variants) RoutedTileParams.
+template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+__device__ __forceinline__ void tile64_body(const Params& p) {
   using Cfg = Config<kAtomRows / 2>;
   using V = VariantTraits<kV>;
   static_assert(Cfg::kRowBlocksPerThread == 1 && Cfg::kColPasses == 1,
@@ -47,13 +48,20 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   const int row0 = warp * Cfg::kRowsPerWarp + lane / Cfg::kChunksPerRow;
   const bool chunk_in = chunk * Cfg::kChunk < cols;
   __shared__ TilePlaces places;
+  [[maybe_unused]] RouteEntry route{};
+  if constexpr (V::kRouted) route = route_entry<Cfg::kRowsPerWarp>(p, m0, rows, warp, lane);
   if (V::kGrouped && warp == 0) {
     plan_tile_places<Cfg::kBands>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, V::kRowwise,
                                   V::kCol == ColScales::kKGroups);
   }
-  issue_loads<Cfg>(smem.tile, p, m0, k0, rows, chunk, row0, chunk_in);
+  if constexpr (V::kRouted) {
+    gather_tile<Cfg>(smem.tile, p, k0, cols, route, warp, lane);
+  } else {
+    issue_loads<Cfg>(smem.tile, p, m0, k0, rows, chunk, row0, chunk_in);
+  }
   if constexpr (!V::kColwise) {
     ptx::cp_async_wait_all();
+    if constexpr (V::kRouted) scale_gathered<Cfg, kIn>(smem.tile, p, cols, route, warp, lane);
     __syncwarp();
     staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
   } else {
@@ -70,6 +78,7 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
       col_place = blocked_col_place(m0, col_band, k0, p.M, last && col_band == Cfg::kBands - 1);
     }
     ptx::cp_async_wait_all();
+    if constexpr (V::kRouted) scale_gathered<Cfg, kIn>(smem.tile, p, cols, route, warp, lane);
     __syncwarp();
     // ---- rowwise ---- warp w owns rows 8w..8w+7; lane l converts block l%4 of row 8w + l/4 (the
     // loop runs once) and stores its scale byte at byte row_at of its band in the atom.
@@ -117,12 +126,30 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   }
 }
 
-template <DType kIn>
-void launch_tile64(const TileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream) {
-  dispatch_variant(variant, mode, [&](auto v, auto m) {
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile64_kernel(const TileParams p) {
+  tile64_body<kIn, kMode, kV>(p);
+}
+template <DType kIn, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile64_routed_kernel(const RoutedTileParams p) {
+  tile64_body<kIn, kMode, kV>(p);
+}
+
+template <DType kIn, bool kRouted>
+void launch_tile64(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                   cudaStream_t stream) {
+  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
-    launch_tiles<kV>(quantize_tile64_kernel<kIn, decltype(m)::value, kV>, Config<>::kThreads, p,
-                     stream);
+    constexpr ScalingMode kMode = decltype(m)::value;
+    if constexpr (kRouted) {
+      launch_tiles<kV>(quantize_tile64_routed_kernel<kIn, kMode, kV>, Config<>::kThreads, p,
+                       stream);
+    } else {
+      launch_tiles<kV>(quantize_tile64_kernel<kIn, kMode, kV>, Config<>::kThreads,
+                       static_cast<const TileParams&>(p), stream);
+    }
   });
 }
 

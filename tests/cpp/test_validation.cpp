@@ -110,8 +110,13 @@ TEST(DescribeStatus, NamesEveryBit) {
   EXPECT_NE(all.find("decrease"), std::string::npos) << all;
   EXPECT_NE(all.find("exceeds M"), std::string::npos) << all;
   EXPECT_NE(all.find("multiple of " + std::to_string(kGroupAlign)), std::string::npos) << all;
-  // A word that is not a status (8 is no StatusBits bit) says so instead of ending at the colon.
-  EXPECT_EQ(describe_status(8), "malformed offs (status 8): unknown bits 8;");
+  const std::string routed = describe_status(kIndexOutOfRange | kCountsNegative | kCountsSumNotN);
+  EXPECT_EQ(routed.rfind("bad routing (status 56):", 0), 0u) << routed;
+  EXPECT_NE(routed.find("outside [0, T)"), std::string::npos) << routed;
+  EXPECT_NE(routed.find("negative"), std::string::npos) << routed;
+  EXPECT_NE(routed.find("do not sum to N"), std::string::npos) << routed;
+  // A word that is not a status (64 is no StatusBits bit) says so instead of ending at the colon.
+  EXPECT_EQ(describe_status(64), "malformed offs (status 64): unknown bits 64;");
 }
 
 TEST(ErrorType, WhatIsOpAndMessage) {

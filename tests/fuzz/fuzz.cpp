@@ -110,9 +110,21 @@ struct Case {
   WeightScaling scaling = WeightScaling::k32x32;
   uint8_t poison = 0;
   int tile_rows = 0;  // quantize paths: 0 (the launch chooses), 64 or 128 (forced)
+  // Routed cases (quantize_routed, docs/numerics.md §13): x (M, K) is the tokens (T = M); N routed
+  // rows over E experts; the axes of row / col.
+  bool routed = false;
+  int64_t N = 0, E = 0;
+  bool scaled = false, index64 = false, counts64 = false;
 
   int64_t rows() const { return experts * M; }  // of the input, K elements each
   std::string describe() const {
+    if (routed) {
+      const char* axes = row && col ? "both" : row ? "rowwise" : "colwise";
+      return std::string("routed ") + to_string(dtype) + " " + mxq::to_string(mode) + " " + axes +
+             " T=" + std::to_string(M) + " K=" + std::to_string(K) + " N=" + std::to_string(N) +
+             " E=" + std::to_string(E) + (scaled ? " scaled" : "") + (index64 ? " index64" : "") +
+             (counts64 ? " counts64" : "") + " tile rows " + std::to_string(tile_rows);
+    }
     if (path == Path::kWeight) {
       const char* axes = row && col ? "both" : row ? "rowwise" : "colwise";
       return std::string(path_name(path)) + " " + to_string(dtype) + " " + mxq::to_string(mode) +
@@ -168,6 +180,22 @@ Case draw_case(uint64_t seed, int64_t index, int64_t max_dim, const std::vector<
   const bool quantize = c.path == Path::kFused || c.path == Path::kRowwise ||
                         c.path == Path::kColwise || c.path == Path::kComposed;
   c.tile_rows = quantize ? tile_rows : 0;
+  // One case in 8 becomes a routed case, drawn after every older field (the other cases keep the
+  // draws they had before routed cases existed).
+  if (rng.chance(0.125)) {
+    c.routed = true;
+    c.offs.clear();
+    c.experts = 1;
+    c.N = rng.uniform(0, 2 * c.M);
+    c.E = rng.log_uniform(1, 256);
+    c.scaled = rng.chance(0.5);
+    c.index64 = rng.chance(0.5);
+    c.counts64 = rng.chance(0.5);
+    const int64_t axes = rng.uniform(0, 3);
+    c.row = axes != 0;
+    c.col = axes != 1;
+    c.tile_rows = tile_rows;
+  }
   return c;
 }
 
@@ -431,13 +459,100 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
   }
 }
 
+// quantize_routed of x (M = T, K): random routes (empty experts, duplicates, rows never routed),
+// scale with specials; the reference on the host.
+bool launch_routed(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
+                   std::vector<Out>& outs) {
+  Rng rng(splitmix64(c.seed * 131 + uint64_t(c.index)));
+  std::vector<int64_t> counts(size_t(c.E), 0), index;
+  const int64_t hot = rng.uniform(0, c.E - 1);  // an expert that gets a share of every case
+  for (int64_t r = 0; r < c.N; ++r)
+    ++counts[size_t(rng.chance(0.3) ? hot : rng.uniform(0, c.E - 1))];
+  for (int64_t r = 0; r < c.N; ++r) {
+    index.push_back(r > 0 && rng.chance(0.1) ? index.back() : rng.uniform(0, c.M - 1));
+  }
+  std::vector<float> scale;
+  const float special[] = {0.f, -0.f, -1.f, NAN, INFINITY, 1e30f, 1e-30f};
+  if (c.scaled) {
+    for (int64_t r = 0; r < c.N; ++r) {
+      scale.push_back(rng.chance(0.1) ? special[rng.uniform(0, 6)]
+                                      : float(rng.uniform(-1000, 1000)) / 256.f);
+    }
+  }
+  const auto as_bytes = [](const std::vector<int64_t>& v, bool wide) {
+    std::vector<uint8_t> b(v.size() * (wide ? 8 : 4));
+    for (size_t i = 0; i < v.size(); ++i) {
+      const int32_t n = int32_t(v[i]);
+      std::memcpy(b.data() + i * (wide ? 8 : 4), wide ? static_cast<const void*>(&v[i]) : &n,
+                  wide ? 8 : 4);
+    }
+    return b;
+  };
+  const std::vector<uint8_t> index_bytes = as_bytes(index, c.index64);
+  const std::vector<uint8_t> counts_bytes = as_bytes(counts, c.counts64);
+  const int64_t Mp = mxq::padded_rows(c.N, c.E);
+
+  mxq::QuantizeRoutedParams ref;
+  ref.x = x.data();
+  ref.dtype = c.dtype;
+  ref.T = c.M;
+  ref.K = c.K;
+  ref.index = index_bytes.data();
+  ref.index_type = c.index64 ? mxq::IndexType::kInt64 : mxq::IndexType::kInt32;
+  ref.N = c.N;
+  ref.counts = counts_bytes.data();
+  ref.counts_type = c.counts64 ? mxq::IndexType::kInt64 : mxq::IndexType::kInt32;
+  ref.num_experts = c.E;
+  ref.scale = c.scaled ? scale.data() : nullptr;
+  ref.scaling_mode = c.mode;
+  std::vector<uint8_t> q_row, s_row, q_col, s_col;
+  std::vector<uint8_t> offs_p(size_t(c.E) * 4), dest(size_t(c.N) * 4);
+  if (c.row) {
+    q_row.resize(size_t(mxq::q_row_shape(Mp, c.K).bytes()));
+    s_row.resize(size_t(mxq::s_row_shape(Mp, c.K, c.E).bytes()));
+    ref.q_row = q_row.data();
+    ref.s_row = s_row.data();
+  }
+  if (c.col) {
+    q_col.resize(size_t(mxq::q_col_shape(Mp, c.K).bytes()));
+    s_col.resize(size_t(mxq::s_col_shape(Mp, c.K, c.E).bytes()));
+    ref.q_col = q_col.data();
+    ref.s_col = s_col.data();
+  }
+  ref.offs_p = reinterpret_cast<int32_t*>(offs_p.data());
+  ref.dest = reinterpret_cast<int32_t*>(dest.data());
+  mxq::ref::quantize_routed(ref);
+
+  mxq::QuantizeRoutedParams p = ref;
+  p.x = upload(arena, x.data(), x.size());
+  p.index = upload(arena, index_bytes.data(), index_bytes.size());
+  p.counts = upload(arena, counts_bytes.data(), counts_bytes.size());
+  if (c.scaled) p.scale = reinterpret_cast<float*>(upload(arena, scale.data(), scale.size() * 4));
+  if (c.row) {
+    p.q_row = expect_out(arena, outs, "q_row", std::move(q_row), c.poison);
+    p.s_row = expect_out(arena, outs, "s_row", std::move(s_row), c.poison);
+  }
+  if (c.col) {
+    p.q_col = expect_out(arena, outs, "q_col", std::move(q_col), c.poison);
+    p.s_col = expect_out(arena, outs, "s_col", std::move(s_col), c.poison);
+  }
+  p.offs_p = reinterpret_cast<int32_t*>(expect_out(arena, outs, "offs_p", offs_p, c.poison));
+  p.dest = reinterpret_cast<int32_t*>(expect_out(arena, outs, "dest", dest, c.poison));
+  p.status = reinterpret_cast<int32_t*>(
+      expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
+  p.workspace = arena.take(size_t(mxq::quantize_routed_workspace_bytes(c.N, c.E)));
+  mxq::detail::force_tile_rows(c.tile_rows);
+  return ran(c, [&] { mxq::quantize_routed(p); });
+}
+
 // Runs one case; returns true when every byte matched.
 bool run_case(const Case& c, Arena& arena, bool verbose) {
   arena.reset();
   const std::vector<uint8_t> x = make_input(c, splitmix64(c.seed * 31 + uint64_t(c.index)));
   std::vector<Out> outs;
-  const bool launched =
-      c.path == Path::kWeight ? launch_weight(c, x, arena, outs) : launch(c, x, arena, outs);
+  const bool launched = c.routed                  ? launch_routed(c, x, arena, outs)
+                        : c.path == Path::kWeight ? launch_weight(c, x, arena, outs)
+                                                  : launch(c, x, arena, outs);
   if (!launched) return false;
   FUZZ_CUDA(cudaDeviceSynchronize());
   bool ok = true;
@@ -489,11 +604,11 @@ int main(int argc, char** argv) {
   Arena arena(size_t(max_dim) * size_t(max_dim) * 16 + (size_t(64) << 20));
   const auto start = std::chrono::steady_clock::now();
   int64_t failed = 0, ran = 0;
-  int64_t per_path[kPaths] = {};
+  int64_t per_path[kPaths] = {}, routed = 0;
   for (int64_t i = only >= 0 ? only : 0; i < (only >= 0 ? only + 1 : cases); ++i) {
     const Case c = draw_case(seed, i, max_dim, dtypes);
     failed += run_case(c, arena, verbose || only >= 0) ? 0 : 1;
-    ++per_path[int(c.path)];
+    ++(c.routed ? routed : per_path[int(c.path)]);
     ++ran;
     if (ran % 1000 == 0) {
       const double s =
@@ -505,10 +620,10 @@ int main(int argc, char** argv) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
       "mxq_fuzz: seed %llu: %lld cases (fused %lld, rowwise %lld, colwise %lld, composed %lld, "
-      "dequantize %lld + %lld, weight %lld) in %.1f s\n",
+      "dequantize %lld + %lld, weight %lld, routed %lld) in %.1f s\n",
       (unsigned long long)seed, (long long)ran, (long long)per_path[0], (long long)per_path[1],
       (long long)per_path[2], (long long)per_path[3], (long long)per_path[4],
-      (long long)per_path[5], (long long)per_path[6], s);
+      (long long)per_path[5], (long long)per_path[6], (long long)routed, s);
   std::printf("%lld passed, %lld failed\n", (long long)(ran - failed), (long long)failed);
   return failed == 0 ? 0 : 1;
 }

@@ -8,6 +8,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -38,9 +39,9 @@ def listed(capsys, *args):
 
 
 def test_list_counts_the_cases_of_each_set(capsys):
-    assert len(listed(capsys)) == 214  # mxq bench's 221 less the 7 probe rows
+    assert len(listed(capsys)) == 214 + 32  # mxq bench's 221 less the 7 probe rows, and the routed set
     counts = {s: len(listed(capsys, "--sets", s)) for s in bench.SETS}
-    assert counts == {"main": 147, "ragged": 20, "grouped": 30, "dtypes": 9, "weights": 8}
+    assert counts == {"main": 147, "ragged": 20, "grouped": 30, "dtypes": 9, "weights": 8, "routed": 32}
     assert len(listed(capsys, "--quick")) == 2 * (6 + 5) + 10
     lines = listed(capsys, "--shapes", "512x4096", "--ops", "fused,copy", "--groups", "8")
     assert [line.split("] ")[1].split()[1:3] for line in lines] == [
@@ -186,5 +187,113 @@ def test_plot_draws_a_results_file(tmp_path):
         for g in (0, 8)
     ]
     rows += [results(set="weights", op="weight", experts=8, N=1024, scaling=s)["rows"][0] for s in ("1x32", "32x32")]
+    rows += [
+        results(set="routed", op=op, groups=64, groups_kind=kind, top_k=8)["rows"][0]
+        for op in bench.ROUTED_OPS[:3]
+        for kind in bench.ROUTINGS
+    ]
+    assert [p[0].split()[0] for p in plot.panels(rows, False)] == [
+        "Dense,",
+        "Grouped",
+        "Single-axis",
+        "Expert",
+        "Routed",
+    ]
     plot.render(results() | {"rows": rows}, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").stat().st_size > 10_000
+
+
+def test_routed_set_lists_every_shape_routing_and_op(capsys):
+    lines = [line.split("] ")[1].split() for line in listed(capsys, "--sets", "routed")]
+    expected = [
+        ["routed", op, f"{T}x{K}", "bf16", f"E={E}", f"k={k}", kind]
+        for T, K, E, k in [(16384, 7168, 256, 8), (16384, 2048, 128, 8), (16384, 4096, 8, 2), (4096, 7168, 64, 8)]
+        for kind in ("uniform", "skewed")
+        for op in ("routed", "routed_scaled", "routed_unfused", "routed_torchao")
+    ]
+    assert [line[:7] for line in lines] == expected
+    assert len(listed(capsys, "--sets", "routed", "--ops", "routed,routed_unfused")) == 16
+
+
+def routed_inputs(T, K, E, k, kind, seed=1):
+    index, counts = bench.route(bench.expert_choices(kind, T, E, k, seed), E)
+    x = cpu_input(T, K, "bf16")
+    return x, index, counts, torch.rand(T * k)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "skewed"])
+@pytest.mark.parametrize("T,E,k", [(4096, 64, 8), (16384, 8, 2), (96, 256, 8), (64, 3, 1)])
+def test_routing_is_a_valid_router_output(kind, T, E, k):
+    ids = bench.expert_choices(kind, T, E, k, 1)
+    assert ids.shape == (T, k) and ids.dtype == torch.int64
+    assert all(len(set(row)) == k for row in ids.tolist())  # distinct experts per token
+    assert 0 <= int(ids.min()) and int(ids.max()) < E
+    index, counts = bench.route(ids, E)
+    assert counts.dtype == torch.int32 and counts.shape == (E,) and int(counts.sum()) == T * k
+    assert 0 <= int(index.min()) and int(index.max()) < T
+    assert torch.equal(torch.bincount(index, minlength=T), torch.full((T,), k))  # every token k times
+    experts = ids.reshape(-1)[torch.argsort(ids.reshape(-1), stable=True)]  # expert-sorted, counts[e] rows each
+    assert torch.equal(experts, torch.repeat_interleave(torch.arange(E), counts.long()))
+    assert torch.equal(ids, bench.expert_choices(kind, T, E, k, 1))  # deterministic from the seed
+
+
+def test_skewed_routing_has_hot_experts():
+    _, uniform = bench.route(bench.expert_choices("uniform", 16384, 256, 8, 1), 256)
+    _, skewed = bench.route(bench.expert_choices("skewed", 16384, 256, 8, 1), 256)
+    assert int(uniform.max()) < 2 * 512 and int(skewed.max()) > 10 * 512
+
+
+@pytest.mark.parametrize("op", ["routed", "routed_scaled", "routed_unfused"])
+@pytest.mark.parametrize("T,K,E,k", [(128, 64, 8, 2), (96, 160, 3, 1), (64, 96, 32, 4)])
+def test_routed_bytes_are_the_tensors_of_the_cpu_op(op, T, K, E, k):
+    x, index, counts, scale = routed_inputs(T, K, E, k, "skewed")
+    scale = scale if op == "routed_scaled" else None
+    outs = ops.quantize_routed(x, index, counts, scale, "rceil", True, True)
+    read, written, effective = bench.case_bytes(bench.Case("routed", op, T, K, "bf16", "skewed", E, top_k=k))
+    assert written == sum(t.nbytes for t in outs)
+    assert read == T * k * K * x.element_size() + index.nbytes + counts.nbytes + (
+        scale.nbytes if op == "routed_scaled" else 0
+    )
+    assert effective == read + written
+
+
+def test_torchao_missing_is_a_recorded_skip(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torchao", None)  # import torchao raises ImportError
+    cases = bench.plan(bench.parse_args(["--sets", "routed"]))
+    kept, skipped = bench.skip_unavailable(cases)
+    assert [c.op for c in kept] == [c.op for c in cases if c.op != "routed_torchao"]
+    assert len(skipped) == 8 and all(r["op"] == "routed_torchao" for r in skipped)
+    assert all("torchao is not importable" in r["reason"] for r in skipped)
+    assert capsys.readouterr().out.count("SKIPPED: routed routed_torchao") == 8
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_verify_routed_on_the_cpu(monkeypatch, full):
+    """verify_routed's comparisons (whole tensors, or the first and last experts' bands with the padded rows and
+    plain scales shifted) agree on correct outputs and count a changed byte of the fused op."""
+    T, K, E, k = 256, 64, 8, 2
+    x, index, counts, scale = routed_inputs(T, K, E, k, "skewed")
+    ws = types.SimpleNamespace(x=[x], index=index, counts=counts, scale=scale)
+    monkeypatch.setattr(bench, "FULL_CHECK_ELEMENTS", 1 << 25 if full else 0)
+    monkeypatch.setattr(bench, "BAND_ROWS", 40)
+    block = [bench.Case("routed", op, T, K, "bf16", "skewed", E, top_k=k) for op in bench.ROUTED_OPS]
+    records = bench.verify_routed(block, ws)
+    assert [(r["op"], r["check"].split(" (")[0]) for r in records] == [
+        ("routed", "== unfused"),
+        ("routed", "== cpu"),
+        ("routed_scaled", "== unfused"),
+        ("routed_scaled", "== cpu"),
+        ("routed_unfused", "== cpu"),
+    ]
+    assert all(r["ok"] and r["bytes"] > 0 for r in records)
+    real = bench.routed_op
+
+    def corrupt(op, x, ws, E, scaled=False):  # the fused op's first q_row byte changed
+        out = real(op, x, ws, E, scaled)
+        if op == "routed":
+            out[0].view(torch.uint8)[0, 0] ^= 1
+        return out
+
+    monkeypatch.setattr(bench, "routed_op", corrupt)
+    bad = [r for r in bench.verify_routed(block[:1], ws) if not r["ok"]]
+    assert [(r["op"], r["mismatches"]) for r in bad] == [("routed", 1), ("routed", 1)]

@@ -1,8 +1,9 @@
 """mxq with TorchTitan's own models (docs/training.md, "With TorchTitan"), on the CPU: the conversion summaries of the
 DeepSeek-V3, Qwen3-MoE and Llama3 debug models (everything converted but the router gates), through mxq.nn.convert and
-through the converter TorchTitan's model registries take (MXQConverter.Config in `converters`); the converted model's
-forward; and a converted MoE block's forward and backward bitwise equal to the same block computed by calling mxq's
-layers directly. CI installs torchtitan 0.3.0 (scripts/test.sh); these tests skip, saying so, where it is missing."""
+through the converter TorchTitan's model registries take (MXQConverter.Config in `converters`, which also swaps the MoE
+blocks' token dispatcher for mxq.TokenDispatcher); the converted model's forward; and a converted MoE block's forward
+and backward bitwise equal to the same block computed by calling mxq's pieces directly, with mxq's dispatcher
+(DeepSeek-V3 and Qwen3) and without it (TorchTitan's dispatcher, mxq.grouped_mm). CI installs torchtitan 0.3.0 (scripts/test.sh); these tests skip, saying so, where it is missing."""
 
 import pytest
 
@@ -21,9 +22,11 @@ titan = pytest.importorskip(
 if not hasattr(titan.MXQConverter.Config, "model_compile_enabled"):
     pytest.skip("torchtitan < 0.3: the device's training run covers 0.2", allow_module_level=True)
 
+from mxq.dispatch import fused_op_available
 from torchtitan.models import deepseek_v3, llama3, qwen3
 from torchtitan.models.common.linear import Linear
-from torchtitan.models.common.moe import GroupedExperts
+from torchtitan.models.common.moe import GroupedExperts, RoutedExperts
+from torchtitan.models.common.token_dispatcher import LocalTokenDispatcher
 
 MODELS = {
     "deepseek_v3": (deepseek_v3, "debugmodel"),
@@ -33,8 +36,12 @@ MODELS = {
 # (converted, skipped) by mxq.nn.convert alone: DeepSeek-V3's router gates have 8 outputs (not a multiple of 32);
 # Qwen3-MoE's have 64 and are converted.
 PLAIN = {"deepseek_v3": (48, 5), "qwen3_moe": (33, 0), "llama3": (31, 0)}
-# Through the converter, whose default also excludes the router gates (TorchTitan computes router scores in fp32).
-CONVERTER = {"deepseek_v3": (48, 5), "qwen3_moe": (25, 8), "llama3": (31, 0)}
+# Through the converter, whose default also excludes the router gates (TorchTitan computes router scores in fp32) and
+# swaps the token dispatcher of every MoE block (DeepSeek-V3: 5, Qwen3-MoE: 8).
+CONVERTER = {"deepseek_v3": (53, 5), "qwen3_moe": (33, 8), "llama3": (31, 0)}
+MOE_BLOCKS = {"deepseek_v3": 5, "qwen3_moe": 8, "llama3": 0}
+# The fused routed quantization where the loaded extension has it (the converter's default), else the unfused one.
+ROUTED = "fused" if fused_op_available() else "unfused"
 
 
 def _build(name, converters=None, device="meta"):
@@ -63,22 +70,48 @@ def test_convert_summary_of_torchtitan_debug_models(name):
 
 @pytest.mark.parametrize("name", MODELS)
 def test_converter_in_the_model_registry(name):
-    model = _build(name, converters=[titan.MXQConverter.Config()])
+    model = _build(name, converters=[titan.MXQConverter.Config(routed_quantization=ROUTED)])
     summary = titan.last_summary
     assert (len(summary.converted), len(summary.skipped)) == CONVERTER[name]
     assert all(s.name.endswith("router.gate") for s in summary.skipped)
     assert all(model.get_submodule(c.name).mxfp8_config == MXFP8Config() for c in summary.converted)
-    # Another recipe and no exclusions.
-    _build(name, converters=[titan.MXQConverter.Config(recipe="mxfp8_floor", exclude=[])])
+    blocks = [c for c in summary.converted if c.target == "MXFP8RoutedExperts"]
+    assert len(blocks) == MOE_BLOCKS[name]
+    for c in blocks:
+        m = model.get_submodule(c.name)
+        assert isinstance(m, RoutedExperts) and isinstance(m.token_dispatcher, mxq.TokenDispatcher)
+        assert m.token_dispatcher.routed_quantization == ROUTED and m.token_dispatcher.config == MXFP8Config()
+        assert c.detail.startswith("token_dispatcher AllToAllTokenDispatcher -> mxq.TokenDispatcher")
+    assert not any(o.type.endswith("RoutedExperts") for o in summary.others)
+    # Another recipe, no exclusions, TorchTitan's dispatcher kept.
+    _build(name, converters=[titan.MXQConverter.Config(recipe="mxfp8_floor", exclude=[], token_dispatcher=False)])
     assert len(titan.last_summary.converted) == PLAIN[name][0]
     assert titan.last_summary.converted[0] and all(
         model.get_submodule(c.name).mxfp8_config == MXFP8Config() for c in summary.converted
     )
 
 
-def test_converter_rejects_a_bad_recipe_before_any_build():
+def test_converter_rejects_a_bad_recipe_before_any_build(monkeypatch):
     with pytest.raises(ValueError, match='^mxq.MXFP8Config.recipe: name must be "mxfp8_rceil", "mxfp8_floor" or'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(recipe="fp8")])
+    with pytest.raises(ValueError, match='^mxq.TokenDispatcher: routed_quantization must be "fused" or "unfused"'):
+        deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(routed_quantization="x")])
+    monkeypatch.setattr(mxq.dispatch, "fused_op_available", lambda: False)  # a build without the fused op
+    with pytest.raises(RuntimeError, match='^mxq.TokenDispatcher: routed_quantization="fused" needs the op'):
+        deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config()])
+
+
+def test_dispatcher_not_swapped_without_converted_experts():
+    """A MoE block whose experts stay bf16 (excluded) keeps TorchTitan's dispatcher, and the summary says why."""
+    model = _build(
+        "deepseek_v3",
+        converters=[titan.MXQConverter.Config(exclude=["*experts*", "*router.gate"], routed_quantization=ROUTED)],
+    )
+    skipped = {s.name: s.reason for s in titan.last_summary.skipped}
+    assert (
+        skipped["layers.1.moe.routed_experts"] == "token dispatcher not swapped: its inner experts were not converted"
+    )
+    assert type(model.layers["1"].moe.routed_experts) is RoutedExperts
 
 
 def _tokens(B, L, seed):
@@ -103,14 +136,24 @@ def test_converted_deepseek_forward():
     assert sqnr(ref, out) >= 15
 
 
-def _moe_reference(moe, x):
-    """TorchTitan's MoE.forward (routing, local dispatch, experts, combine, shared experts) with the experts and the
-    shared experts computed by calling mxq.grouped_mm and mxq.mxfp8_linear directly."""
+def _shared(moe, x):
+    s = moe.shared_experts
+    if s is None:
+        return 0
+    lin = mxq.mxfp8_linear
+    return lin(F.silu(lin(x, s.w1.weight)) * lin(x, s.w3.weight), s.w2.weight)
+
+
+def _moe_with_titan_dispatcher(moe, x):
+    """TorchTitan's MoE.forward (routing, its local dispatch, experts, its combine, shared experts) with the experts
+    and the shared experts computed by calling mxq.grouped_mm and mxq.mxfp8_linear directly."""
     B, _, D = x.shape
     scores, ids, scores_full = moe.router(x, moe.expert_bias_E)
     counts = torch.zeros_like(scores_full, dtype=torch.bool).scatter_(-1, ids, True).sum(dim=(0, 1))
     dispatcher = moe.routed_experts.token_dispatcher
     K = scores.shape[-1]
+    if isinstance(dispatcher, mxq.TokenDispatcher):  # the converter swapped it: TorchTitan's local one, built here
+        dispatcher = LocalTokenDispatcher(LocalTokenDispatcher.Config(num_experts=dispatcher.num_experts, top_k=K))
     routed, counts_e, meta = dispatcher.dispatch(x.view(-1, D), scores.view(-1, K), ids.view(-1, K), counts)
     offs = torch.cumsum(counts_e, dim=0, dtype=torch.int32)
     e = moe.routed_experts.inner_experts
@@ -118,32 +161,66 @@ def _moe_reference(moe, x):
     h = F.silu(mxq.grouped_mm(routed.bfloat16(), w1, offs)) * mxq.grouped_mm(routed.bfloat16(), w3, offs)
     y = mxq.grouped_mm(h, w2, offs).type_as(routed)
     out = dispatcher.combine(y, meta, x.view(-1, D)).view(B, -1, D)
-    s = moe.shared_experts
-    lin = mxq.mxfp8_linear
-    return out + lin(F.silu(lin(x, s.w1.weight)) * lin(x, s.w3.weight), s.w2.weight)
+    return out + _shared(moe, x)
 
 
-def test_converted_moe_block_equals_mxq_layers_called_directly():
-    """One converted DeepSeek-V3 MoE block, forward and backward, bitwise equal to the reference on mxq's layers: the
-    token groups TorchTitan's local dispatcher produces have any size, so the padding path is on."""
-    torch.manual_seed(0)
-    model = _build("deepseek_v3", converters=[titan.MXQConverter.Config()], device="cpu")
-    model.init_states(buffer_device=None)
-    moe = model.layers["1"].moe
-    x = torch.randn(2, 48, 256)
+def _moe_with_mxq_dispatcher(moe, x):
+    """TorchTitan's MoE.forward with mxq's pieces called directly: the router, mxq.TokenDispatcher's dispatch, SwiGLU
+    experts on the dispatched operands and combine, the shared experts on mxq.mxfp8_linear."""
+    B, L, D = x.shape
+    scores, ids, _ = moe.router(x, moe.expert_bias_E)
+    e = moe.routed_experts.inner_experts
+    d = mxq.TokenDispatcher(e.num_experts, routed_quantization=ROUTED)
+    K = scores.shape[-1]
+    routed = d.dispatch(x.reshape(B * L, D), scores.reshape(B * L, K), ids.reshape(B * L, K))
+    out = d.swiglu(routed, e.w1_EFD, e.w2_EDF, e.w3_EFD).view(B, L, D)
+    return out + _shared(moe, x)
+
+
+def _block_and_reference(moe, reference, x, dy):
     params = [p for p in moe.parameters() if p.requires_grad]
-    dy = torch.randn(2, 48, 256)
     results = []
-    for fn in (moe, lambda t: _moe_reference(moe, t)):
+    for fn in (moe, lambda t: reference(moe, t)):
         xi = x.clone().requires_grad_(True)
         for p in params:
             p.grad = None
         y = fn(xi)
         y.backward(dy)
         results.append((y.detach(), xi.grad, [p.grad.clone() for p in params]))
-    (y0, dx0, g0), (y1, dx1, g1) = results
-    counts = torch.bincount(moe.router(x, moe.expert_bias_E)[1].flatten(), minlength=8)
+    return results
+
+
+@pytest.mark.parametrize(
+    "name, layer, dispatcher",
+    [
+        ("deepseek_v3", "1", "mxq"),
+        ("qwen3_moe", "0", "mxq"),
+        ("deepseek_v3", "1", "torchtitan"),
+    ],
+)
+def test_converted_moe_block_equals_mxq_pieces_called_directly(name, layer, dispatcher):
+    """One converted MoE block, forward and backward (output, input gradient, every parameter's gradient: router
+    gate, experts, shared experts), bitwise equal to the same block computed by calling mxq's pieces directly: with
+    the converter's mxq.TokenDispatcher (routed x quantized once, d(routed y) with the scores in one pass), and with
+    TorchTitan's own dispatcher kept (token_dispatcher=False: mxq.grouped_mm pads the groups). The groups TorchTitan's
+    router produces have any size."""
+    torch.manual_seed(0)
+    converter = titan.MXQConverter.Config(routed_quantization=ROUTED, token_dispatcher=dispatcher == "mxq")
+    model = _build(name, converters=[converter], device="cpu")
+    model.init_states(buffer_device=None)
+    moe = model.layers[layer].moe
+    assert isinstance(moe.routed_experts.token_dispatcher, mxq.TokenDispatcher) == (dispatcher == "mxq")
+    D = moe.routed_experts.inner_experts.w1_EFD.shape[-1]
+    x = torch.randn(2, 48, D)
+    dy = torch.randn(2, 48, D)
+    reference = _moe_with_mxq_dispatcher if dispatcher == "mxq" else _moe_with_titan_dispatcher
+    (y0, dx0, g0), (y1, dx1, g1) = _block_and_reference(moe, reference, x, dy)
+    E = moe.routed_experts.inner_experts.num_experts
+    counts = torch.bincount(moe.router(x, moe.expert_bias_E)[1].flatten(), minlength=E)
     assert (counts % 32 != 0).any(), counts  # groups of any size reached the experts
     assert torch.equal(y0, y1) and torch.equal(dx0, dx1)
     assert all(torch.equal(a, b) for a, b in zip(g0, g1))
     assert all(g.abs().sum() > 0 for g in g0)
+    if dispatcher == "mxq":  # and it is mxq's math, not TorchTitan's dispatcher: close to that, not equal
+        _, (y2, _, _) = _block_and_reference(moe, _moe_with_titan_dispatcher, x, dy)
+        assert sqnr(y2, y0) >= 30

@@ -19,9 +19,18 @@ Importing this module imports torchtitan and offers the converter in the form th
 What is converted: every ``Linear`` that keeps nn.Linear's forward and every expert module (the ``_grouped_mm`` seam,
 3-D ``w1``/``w2``/``w3``, or mxq's marker) whose GEMM dimensions are multiples of 32, except the router gates by
 default (TorchTitan computes router scores in fp32 for load-balancing stability). Groups of any size are padded on the
-device, so TorchTitan's local token dispatcher needs no change. Below SM100 the GEMMs are emulated (dequantize with
+device, so TorchTitan's local token dispatcher works unchanged. Below SM100 the GEMMs are emulated (dequantize with
 mxq's kernels + a bf16 GEMM), on SM100+ they are ``torch._scaled_mm`` / ``torch._scaled_grouped_mm``; the recipe's
 ``gemm`` field can force either. The conversion summary of the last model converted is ``last_summary`` (and logged).
+
+**The token dispatcher** (torchtitan ≥ 0.3, ``token_dispatcher=True``, the default): a ``RoutedExperts`` block (its
+own forward, TorchTitan's SwiGLU ``GroupedExperts`` forward, converted by the seam) whose dispatcher is local —
+``LocalTokenDispatcher``, or ``AllToAllTokenDispatcher``, which dispatches locally without an expert-parallel mesh —
+gets :class:`mxq.TokenDispatcher` instead: its class is swapped for ``MXFP8RoutedExperts`` (the same module object)
+whose forward is dispatch (the routed x quantized once, both axes) → the experts' GEMMs on the pre-quantized operands
+→ combine (the last GEMM and the score-weighted scatter-add; its backward quantizes d(routed y) with the scores in one
+pass), on the inner experts' parameters (docs/training.md, "The token dispatcher"). It is a local dispatcher: wiring an
+expert-parallel mesh into it later is an error. The summary lists each swapped block.
 """
 
 from __future__ import annotations
@@ -30,7 +39,8 @@ import logging
 from dataclasses import dataclass, field, fields
 
 from ..config import MXFP8Config
-from ..nn import ConversionSummary, convert
+from ..dispatch import TokenDispatcher
+from ..nn import ConversionSummary, Converted, Skipped, class_name, convert
 
 try:
     import torchtitan  # noqa: F401
@@ -44,6 +54,13 @@ try:  # torchtitan >= 0.3: converters transform the model config tree
     from torchtitan.protocols.model import ModelConfigConverter  # noqa: F401 (only 0.3 has it)
 except ImportError:
     QuantizationConverter = None
+
+try:  # torchtitan >= 0.3: MoE blocks compose a token dispatcher and the inner experts
+    from torchtitan.models.common.moe import GroupedExperts as TitanGroupedExperts
+    from torchtitan.models.common.moe import RoutedExperts
+    from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher, LocalTokenDispatcher
+except ImportError:
+    RoutedExperts = None
 
 logger = logging.getLogger(__name__)
 last_summary: ConversionSummary | None = None
@@ -60,6 +77,8 @@ class Settings:
     recipe: str = "mxfp8_rceil"
     include: list[str] = field(default_factory=list)
     exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+    token_dispatcher: bool = True
+    routed_quantization: str = "fused"
 
     def mxfp8_config(self) -> MXFP8Config:
         return MXFP8Config.recipe(self.recipe)
@@ -69,8 +88,85 @@ def convert_model(model, settings: Settings, config: MXFP8Config) -> ConversionS
     """Converts a built TorchTitan model in place and records, logs and returns the summary."""
     global last_summary
     last_summary = convert(model, config=config, include=settings.include or None, exclude=settings.exclude)
+    if settings.token_dispatcher:
+        swap_token_dispatchers(model, last_summary, config, settings.routed_quantization)
     logger.info("mxq: converted the model to MXFP8 (recipe %s)\n%s", settings.recipe, last_summary)
     return last_summary
+
+
+# ---- the token dispatcher ----
+
+
+def _routed_experts_forward(self, x_BLD, topk_scores_BLK, topk_expert_ids_BLK, num_local_tokens_per_expert_E):
+    """TorchTitan's RoutedExperts.forward with mxq's dispatcher: dispatch (routed x quantized once) -> SwiGLU on the
+    pre-quantized operands -> combine. The counts are recomputed from the expert ids (equal for top-k routing)."""
+    B, L, D = x_BLD.shape
+    K = topk_scores_BLK.shape[-1]
+    e = self.inner_experts
+    ws = [getattr(e, n) for n in ("w1_EFD", "w2_EDF", "w3_EFD")]
+    ws = [w.to_local() if hasattr(w, "to_local") else w for w in ws]  # DTensor parameters, as TorchTitan's forward
+    d = self.token_dispatcher
+    routed = d.dispatch(
+        x_BLD.reshape(B * L, D), topk_scores_BLK.reshape(B * L, K), topk_expert_ids_BLK.reshape(B * L, K)
+    )
+    return d.swiglu(routed, *ws).view(B, -1, D)
+
+
+_routed_classes: dict[type, type] = {}
+
+
+def _mxfp8_routed_class(cls: type) -> type:
+    if cls not in _routed_classes:
+        body = {"forward": _routed_experts_forward, "__module__": cls.__module__}
+        _routed_classes[cls] = type(f"MXFP8{cls.__name__}", (cls,), body)
+    return _routed_classes[cls]
+
+
+def _dispatcher_plan(m) -> str | None:
+    """None when ``m`` (a RoutedExperts) can take mxq's dispatcher, else the reason it cannot."""
+    if type(m).forward is not RoutedExperts.forward:
+        return f"overrides forward ({type(m).__qualname__}.forward)"
+    d, e = m.token_dispatcher, m.inner_experts
+    if type(d) not in (LocalTokenDispatcher, AllToAllTokenDispatcher):
+        return f"{type(d).__name__} is an expert-parallel dispatcher; mxq's dispatcher is local"
+    if getattr(d, "ep_mesh", None) is not None:
+        return "an expert-parallel mesh is wired; mxq's dispatcher is local"
+    if not isinstance(getattr(e, "mxfp8_config", None), MXFP8Config):
+        return "its inner experts were not converted"
+    if not isinstance(e, TitanGroupedExperts) or type(e).forward is not TitanGroupedExperts.forward:
+        return f"its inner experts ({type(e).__name__}) are not TorchTitan's SwiGLU GroupedExperts"
+    return None
+
+
+def swap_token_dispatchers(
+    model, summary: ConversionSummary, config: MXFP8Config, routed_quantization: str = "fused"
+) -> ConversionSummary:
+    """Gives each of ``model``'s TorchTitan ``RoutedExperts`` blocks whose experts mxq converted an
+    :class:`mxq.TokenDispatcher` (module docstring), in place, and records each block in ``summary`` (converted, or
+    skipped with the reason). torchtitan 0.2 has no such blocks: nothing changes there."""
+    if RoutedExperts is None:
+        return summary
+    swapped = set()
+    for name, m in model.named_modules():
+        if not isinstance(m, RoutedExperts) or isinstance(getattr(m, "mxfp8_config", None), MXFP8Config):
+            continue
+        reason = _dispatcher_plan(m)
+        tname = class_name(type(m))
+        if reason is not None:
+            summary.skipped.append(Skipped(name, tname, f"token dispatcher not swapped: {reason}"))
+            swapped.add(name)
+            continue
+        old = type(m.token_dispatcher).__name__
+        m.token_dispatcher = TokenDispatcher(
+            m.inner_experts.num_experts, config=config, routed_quantization=routed_quantization
+        )
+        m.__class__ = _mxfp8_routed_class(type(m))
+        m.mxfp8_config = config
+        detail = f'token_dispatcher {old} -> mxq.TokenDispatcher (routed_quantization="{routed_quantization}")'
+        summary.converted.append(Converted(name, tname, type(m).__name__, detail))
+        swapped.add(name)
+    summary.others[:] = [o for o in summary.others if o.name not in swapped]
+    return summary
 
 
 if QuantizationConverter is not None:
@@ -87,10 +183,22 @@ if QuantizationConverter is not None:
             """fnmatch patterns over module names to convert (empty: every candidate)."""
             exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
             """fnmatch patterns over module names to leave alone (default: the router gates)."""
+            token_dispatcher: bool = True
+            """Swap the local token dispatcher of MoE blocks whose experts are converted for mxq.TokenDispatcher."""
+            routed_quantization: str = "fused"
+            """mxq.TokenDispatcher's routed quantization: "fused" (the one-pass op) or "unfused"."""
 
         def __init__(self, config: Config, **kwargs):
-            self.settings = Settings(recipe=config.recipe, include=list(config.include), exclude=list(config.exclude))
+            self.settings = Settings(
+                recipe=config.recipe,
+                include=list(config.include),
+                exclude=list(config.exclude),
+                token_dispatcher=config.token_dispatcher,
+                routed_quantization=config.routed_quantization,
+            )
             self.mxfp8_config = self.settings.mxfp8_config()  # a bad recipe name fails here, before any build
+            if self.settings.token_dispatcher:  # so does a routed quantization this build lacks
+                TokenDispatcher(1, config=self.mxfp8_config, routed_quantization=self.settings.routed_quantization)
 
         def convert(self, model_config):
             """The model config, wrapped so that ``build()`` converts the model it builds."""

@@ -1,0 +1,194 @@
+// The tile kernel of fp32 input: one CTA quantizes a 64x128 tile of x (32 KiB, the 16-bit tile's
+// shared memory; quantize_tile.cuh has the contract and the phases). 64 rows are two 32-row bands
+// per column, so the tile's scales fill half of each atom and go out per band (scales.cuh).
+//   ---- load ----     cp.async, as in the 16-bit kernels: a warp instruction copies one whole
+//                      512-byte tile row; warp w copies rows 8w..8w+7, exactly the rows its
+//                      rowwise pass owns (cp.async.wait_all and __syncwarp, no CTA barrier).
+//                      Grouped: warp 0 plans the tile's scale places behind its loads. Routed: each
+//                      row from its source row, scaled in place after the wait.
+//   ---- rowwise ----  lane l of warp w quantizes block l%4 of row 8w + l/4 (8 chunks).
+//   ---- colwise ----  lanes 2j and 2j+1 of warp w take the two 32-row bands of column 16w + j,
+//                      read with 32 4-byte shared loads, and store them as one q_col row pair.
+//   ---- scales ----   both atoms staged, stored per band after a barrier.
+// Chunk c (0..31) of a staged row lies at 8*(c/8) + ((c%8) ^ tile_key_f32(row, c/8)): in each
+// 8-lane phase of the load (8 chunks of one block) and rowwise passes (chunk i of blocks 0..3 of
+// rows r, r+1) the keys take 8 values; in the colwise pass a warp reads 16 columns of rows j and
+// j + 32, which the row-bit-5 term sends to complementary bank halves.
+// Instantiated by quantize_f32.cu and, for the routed variants, quantize_f32_routed.cu.
+#pragma once
+
+#include "quantize_tile.cuh"
+
+namespace mxq::kernels {
+
+__device__ __forceinline__ int tile_key_f32(int row, int blk) {
+  return ((row & 1) * 4 + blk) ^ (((row >> 5) & 1) * 4);
+}
+__device__ __forceinline__ int f32_chunk(int row, int c) {
+  return (c & ~7) | ((c & 7) ^ tile_key_f32(row, c / 8));
+}
+
+// One block of 32 fp32 values (v, as 8 16-byte chunks): scale, 32 e4m3 bytes (q), NaN blocks as
+// 0x7F. amax: an unsigned max of sign-masked fp32 patterns (NaN above Inf, as for 16-bit input).
+template <ScalingMode kMode>
+__device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock], uint4 (&q)[2]) {
+  // amax_step<kFloat32>'s body, written out: the call gives the same instructions, but in another
+  // order on sm_90a (ptxas schedules the commuted max operands differently).
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < kBlock; ++i) m = max(m, v[i] & 0x7FFFFFFFu);
+  const BlockScale bs = block_scale<DType::kFloat32, kMode>(m);
+  uint32_t* words = reinterpret_cast<uint32_t*>(q);
+#pragma unroll
+  for (int w = 0; w < kBlock / 4; ++w) {
+    words[w] = bs.select(quantize_words_f32(v + 4 * w, bs.r));
+  }
+  return bs.s;
+}
+
+// The kernel body, for TileParams or (routed variants) RoutedTileParams.
+template <ScalingMode kMode, Variant kV, class Params>
+__device__ __forceinline__ void tile_f32_body(const Params& p) {
+  using C = ConfigF32;
+  using V = VariantTraits<kV>;
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
+  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
+
+  if (V::kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
+    appended_cta<V::kRowwise, V::kCol>(p);
+    return;
+  }
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const auto [m0, k0] = tile_origin<V::kRowwise, C::kRows>(p);
+  const int rows = static_cast<int>(min(int64_t(C::kRows), p.M - m0));  // 32 or 64
+  const int cols = static_cast<int>(min(int64_t(kTileCols), p.K - k0));
+  const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
+
+  // ---- load ----
+  const bool chunk_in = lane * C::kChunk < cols;
+  [[maybe_unused]] RouteEntry route{};
+  if constexpr (V::kRouted) {
+    // Lane l holds the entry of the warp's row l % 8; copy i shuffles row i's.
+    route = route_entry<C::kLoads>(p, m0, rows, warp, lane);
+#pragma unroll
+    for (int i = 0; i < C::kLoads; ++i) {
+      const int row = warp * C::kLoads + i;
+      const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+      const bool in = chunk_in && src >= 0;
+      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                          in ? x + int64_t(src) * p.K + k0 + lane * C::kChunk : x, in);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < C::kLoads; ++i) {
+      const int row = warp * C::kLoads + i;
+      const bool in = chunk_in && row < rows;
+      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                          in ? x + (m0 + row) * p.K + k0 + lane * C::kChunk : x, in);
+    }
+  }
+  __shared__ TilePlaces places;
+  if (V::kGrouped && warp == 0) {
+    plan_tile_places<C::kBands>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, V::kRowwise,
+                                V::kCol == ColScales::kKGroups);
+  }
+  ptx::cp_async_wait_all();
+  if constexpr (V::kRouted) {
+    if (p.scaled) {
+#pragma unroll
+      for (int i = 0; i < C::kLoads; ++i) {
+        const int row = warp * C::kLoads + i;
+        const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+        const float f = __shfl_sync(0xFFFFFFFFu, route.scale, i);
+        if (chunk_in && src >= 0) {
+          uint4& c = tile[row][f32_chunk(row, lane)];
+          c = scale_chunk<DType::kFloat32>(c, f);
+        }
+      }
+    }
+  }
+  __syncwarp();
+  // ---- rowwise ----
+  if constexpr (V::kRowwise) {
+    const int row = warp * C::kLoads + lane / 4;
+    const int blk = lane % 4;
+    uint32_t b[kBlock];
+#pragma unroll
+    for (int i = 0; i < C::kChunksPerBlock; ++i) {
+      const uint4 c = tile[row][f32_chunk(row, blk * C::kChunksPerBlock + i)];
+      b[4 * i] = c.x;
+      b[4 * i + 1] = c.y;
+      b[4 * i + 2] = c.z;
+      b[4 * i + 3] = c.w;
+    }
+    uint4 q[2];
+    const uint8_t s = quantize_block_f32<kMode>(b, q);
+    const int pair = blk & ~1;
+    const bool row_in = row < rows;
+    store_block_pair(p.q_row + (m0 + row) * p.K + k0 + pair * kBlock + (lane & 1) * 16, q,
+                     row_in && pair * kBlock < cols, row_in && (pair + 1) * kBlock < cols);
+    smem.row_atom[atom_offset<unsigned>(row, blk)] = s;
+  }
+  __syncthreads();
+  // ---- colwise ----
+  if constexpr (V::kColwise) {
+    const int k = 16 * warp + lane / 2;
+    const int band = lane & 1;
+    uint32_t b[kBlock];
+#pragma unroll
+    for (int j = 0; j < kBlock; ++j) {
+      const int row = kBlock * band + j;
+      b[j] = reinterpret_cast<const uint32_t*>(
+          &tile[row][f32_chunk(row, k / C::kChunk)])[k % C::kChunk];
+    }
+    uint4 q[2];
+    const uint8_t s = quantize_block_f32<kMode>(b, q);
+    const bool k_in = k < cols;
+    store_block_pair(p.q_col + (k0 + k) * p.M + m0 + band * 16, q, k_in, k_in && kBlock < rows);
+    if constexpr (V::kCol == ColScales::kPlain) {
+      smem.col_atom[k * kAtomCols + band] = s;
+    } else {
+      smem.col_atom[atom_offset<unsigned>(k, band)] = s;
+    }
+  }
+  __syncthreads();
+  // ---- scales ----
+  const ScaleOut out{p.s_row, p.s_col, p.M, p.K};
+  const bool last_m = m0 + C::kRows >= p.M;
+  if constexpr (V::kColwise)
+    store_col_scales<V::kCol, C::kBands>(out, m0, k0, smem.col_atom, places, last_m);
+  if constexpr (V::kRowwise) {
+    store_row_scales<V::kGrouped, C::kBands>(out, m0, k0, smem.row_atom, places, last_m);
+  }
+}
+
+template <ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile_f32_kernel(const TileParams p) {
+  tile_f32_body<kMode, kV>(p);
+}
+template <ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
+    quantize_tile_f32_routed_kernel(const RoutedTileParams p) {
+  tile_f32_body<kMode, kV>(p);
+}
+
+template <bool kRouted>
+void launch_tile_f32(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                     cudaStream_t stream) {
+  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
+    constexpr Variant kV = decltype(v)::value;
+    constexpr ScalingMode kMode = decltype(m)::value;
+    if constexpr (kRouted) {
+      launch_tiles<kV>(quantize_tile_f32_routed_kernel<kMode, kV>, ConfigF32::kThreads, p, stream);
+    } else {
+      launch_tiles<kV>(quantize_tile_f32_kernel<kMode, kV>, ConfigF32::kThreads,
+                       static_cast<const TileParams&>(p), stream);
+    }
+  });
+}
+
+}  // namespace mxq::kernels
