@@ -49,40 +49,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import MXFP8Config, check_choice, check_config
-from .linear import BLOCK, check_float_tensor, dual_quantize, layer_weight_operands, round_up, use_native_gemm
-from .moe import _dgrad_gemm, _fwd_gemm, _wgrad_gemm, _zero_empty_groups, grouped_gemm_path, weight_operands
-from .ops import check_type, quantize
+from .linear import BLOCK, check_float_tensor, dual_quantize, layer_weight_operands, use_native_gemm
+from .moe import (
+    _dgrad_gemm,
+    _fwd_gemm,
+    _wgrad_gemm,
+    _zero_empty_groups,
+    grouped_gemm_path,
+    padded_rows,
+    weight_operands,
+)
+from .ops import RoutedMXTensors, check_type, quantize
 
 _ops = torch.ops.mxq
 ROUTED_QUANTIZATIONS = ("fused", "unfused")
-
-
-class RoutedMX(NamedTuple):
-    """What a routed quantization returns: the four quantized outputs over the padded row space (as
-    :func:`mxq.quantize` with ``offs=offs_p``; an axis not requested is None), the padded group ends ``offs_p`` (E,)
-    int32 and the padded row ``dest`` (N,) int32 of every routed row."""
-
-    q_row: Tensor | None
-    s_row: Tensor | None
-    q_col: Tensor | None
-    s_col: Tensor | None
-    offs_p: Tensor
-    dest: Tensor
-
-
-def _padded_layout(counts: Tensor, N: int) -> tuple[Tensor, Tensor, int]:
-    """(offs_p (E,) int32, dest (N,) int64, Mp) of docs/numerics.md §12 for ``counts`` (E,) routed rows per expert
-    summing to N: dest[r] = P_e + i for the i-th row of expert e; no host read."""
-    E = counts.shape[0]
-    Mp = round_up(N + (BLOCK - 1) * E, BLOCK)
-    counts = counts.long()
-    ends = torch.cumsum(counts, 0)
-    padded = (counts + BLOCK - 1) // BLOCK * BLOCK
-    ends_p = torch.cumsum(padded, 0)
-    rows = torch.arange(N, device=counts.device)
-    group = torch.searchsorted(ends, rows, right=True).clamp_(max=E - 1)
-    dest = (rows + (ends_p - padded - ends + counts)[group]).clamp_(0, Mp - 1)
-    return ends_p.to(torch.int32), dest, Mp
 
 
 def quantize_routed_unfused(
@@ -95,20 +75,20 @@ def quantize_routed_unfused(
     rowwise: bool = True,
     colwise: bool = True,
     backend: str = "fused",
-) -> RoutedMX:
-    """``mxq.quantize_routed``'s result by the unfused composition (docs/numerics.md §12): gather the routed rows
+) -> RoutedMXTensors:
+    """``mxq.quantize_routed``'s result by the unfused composition (docs/numerics.md §12.1): gather the routed rows
     ``x[index]``, multiply by ``scale`` rounded to x's dtype (``(x[index].float() * scale[:, None]).to(x.dtype)``),
     copy them into the zeroed padded row space, then :func:`mxq.quantize` with the padded group ends (``backend``:
     its kernel). x (T, K), index (N,) int32/int64 source rows in expert-sorted order, counts (E,) rows per expert
     (Σ = N), scale (N,) fp32 or None. Three passes over the routed rows besides the quantization; no host sync."""
     N = index.shape[0]
-    offs_p, dest, Mp = _padded_layout(counts, N)
+    offs_p, dest, Mp = padded_rows(torch.cumsum(counts, 0), N)
     v = x.index_select(0, index)
     if scale is not None:
         v = (v.float() * scale.unsqueeze(1)).to(x.dtype)
     padded = x.new_zeros(Mp, x.shape[1]).index_copy_(0, dest, v)
     q = quantize(padded, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs_p, backend=backend)
-    return RoutedMX(*q, offs_p, dest.to(torch.int32))
+    return RoutedMXTensors(*q, offs_p, dest.to(torch.int32))
 
 
 def fused_op_available() -> bool:
@@ -116,14 +96,14 @@ def fused_op_available() -> bool:
     return hasattr(_ops, "quantize_routed")
 
 
-def _quantize_routed(how: str, x, index, counts, scale, scaling_mode, rowwise, colwise, backend) -> RoutedMX:
+def _quantize_routed(how: str, x, index, counts, scale, scaling_mode, rowwise, colwise, backend) -> RoutedMXTensors:
     if how == "fused":
         from .ops import quantize_routed
 
         out = quantize_routed(
             x, index, counts, scale=scale, scaling_mode=scaling_mode, rowwise=rowwise, colwise=colwise
         )
-        return RoutedMX(*out)
+        return RoutedMXTensors(*out)
     return quantize_routed_unfused(
         x, index, counts, scale=scale, scaling_mode=scaling_mode, rowwise=rowwise, colwise=colwise, backend=backend
     )

@@ -304,7 +304,7 @@ def quantize_routed(
     rowwise: bool = True,
     colwise: bool = True,
 ) -> RoutedMXTensors:
-    """The MoE input stage in one pass (docs/numerics.md §13): gathers the routed rows of ``x``, pads every expert's
+    """The MoE input stage in one pass (docs/numerics.md §12.1): gathers the routed rows of ``x``, pads every expert's
     rows to a multiple of 32 and MXFP8-quantizes them on the requested axes, from one read of each routed row.
 
     ``x`` (T, K) bf16, fp16 or fp32, contiguous, K a multiple of 32; ``index`` (N,) int32 or int64, the source row of
