@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build everything once (core, C++ tests, the C++ example, fuzz driver and
 # the torch extension against the machine's torch), then the steps asked for, each logged to $OUT.
-# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [train] [torchtitan] [sanitize] [profile]
+# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [moestep] [train] [torchtitan] [sanitize] [profile]
 #        (default: build tests fuzz python bench eager train)
 # Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS (benchmarks/bench.py options),
 #              TRAIN_ARGS, TITAN_ARGS, PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh),
@@ -81,6 +81,11 @@ fi
 if has eager; then
   log "eager"
   python3 benchmarks/bench.py --eager --json "$OUT/eager.json" 2>&1 | tee "$OUT/eager.log" | tail -30 || status=1
+fi
+
+if has moestep; then
+  log "moe step"
+  python3 benchmarks/bench.py --moe-step --json "$OUT/moe_step.json" 2>&1 | tee "$OUT/moe_step.log" | tail -30 || status=1
 fi
 
 if has profile; then
