@@ -541,7 +541,7 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
   return {q_row, s_row, q_col, s_col};
 }
 
-// ---- quantize_routed: the MoE input stage (docs/numerics.md §13) ----
+// ---- quantize_routed: the MoE input stage (docs/numerics.md §12.1) ----
 //
 // x (T, K) bf16, fp16 or fp32 contiguous; index (N,) int32 or int64; counts (E,) int32 or int64;
 // scale (N,) fp32 or None; all on x's device. Outputs over Mp = padded_rows(N, E) rows (known from

@@ -125,7 +125,7 @@ MXQ_HD constexpr Shape2d s_col_shape(int64_t M, int64_t K, int64_t num_groups = 
   return s_col_shape<int64_t>(M, K, num_groups, num_groups != 0);
 }
 
-// ---- the padded row space of routed rows (docs/numerics.md §12-§13) ----
+// ---- the padded row space of routed rows (docs/numerics.md §12, §12.1) ----
 // N routed rows in E groups of any size, each group padded to a multiple of 32: enough rows for any
 // counts, known without reading them.
 template <typename Int>

@@ -99,7 +99,7 @@ struct QuantizeParams {
 };
 
 // ---- quantize_routed: the MoE input stage, gather by route + pad to 32 + quantize ----
-// (docs/numerics.md §13.) From x (T, K), index (N) — the source row of each routed row, in
+// (docs/numerics.md §12.1.) From x (T, K), index (N) — the source row of each routed row, in
 // expert-sorted order — and counts (E) routed rows per expert (sum N), with an optional fp32 scale
 // (N) per routed row, builds the padded row space of docs/numerics.md §12 — Mp = padded_rows(N, E)
 // rows (layout.h), expert e's rows from P_e = sum_{j<e} roundup(counts_j, 32), its padding rows
@@ -236,7 +236,7 @@ void quantize(const QuantizeParams& p);
 void dequantize(const DequantizeParams& p);
 void quantize_weight(const QuantizeWeightParams& p);
 // Gathers, scales and pads into a host buffer, then ref::quantize with offs_p (docs/numerics.md
-// §13); throws for an index out of range or counts that are negative or do not sum to N. The
+// §12.1); throws for an index out of range or counts that are negative or do not sum to N. The
 // workspace is not used (may be null); a status word is written 0.
 void quantize_routed(const QuantizeRoutedParams& p);
 }  // namespace ref

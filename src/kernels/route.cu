@@ -1,4 +1,4 @@
-// The routing plan of quantize_routed (docs/numerics.md §12-§13): from counts (E) and index (N) on
+// The routing plan of quantize_routed (docs/numerics.md §12, §12.1): from counts (E) and index (N) on
 // the device, the padded row space's group ends offs_p (E) int32, each routed row's padded row dest
 // (N) int32, and each padded row's source (RouteEntry: the row of x and the scale factor, or -1 for
 // a zero row) for the routed tile kernels, which gather through it.

@@ -1,4 +1,4 @@
-// The CPU reference of the routed input stage (docs/numerics.md §13), written from the contract:
+// The CPU reference of the routed input stage (docs/numerics.md §12.1), written from the contract:
 // check index and counts, lay out the padded row space (§12), gather and scale each routed row into
 // a host buffer of x's dtype, then quantize that buffer with offs_p through ref::quantize. The GPU
 // path (route.cu, the routed tile kernels) must equal it byte for byte.
@@ -20,7 +20,7 @@ int64_t read_int(const void* p, IndexType t, int64_t i) {
                                 : static_cast<const int32_t*>(p)[i];
 }
 
-// The routed value of one element (§13): x itself, or the fp32 product with the row's scale rounded
+// The routed value of one element (§12.1): x itself, or the fp32 product with the row's scale rounded
 // to x's dtype once (RNE), as a separate multiply would produce it.
 void scale_row(void* row, DType t, int64_t K, float scale) {
   for (int64_t k = 0; k < K; ++k) {

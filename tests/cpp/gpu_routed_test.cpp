@@ -1,4 +1,4 @@
-// mxq::quantize_routed on the device (docs/numerics.md §13) against mxq::ref::quantize_routed, raw
+// mxq::quantize_routed on the device (docs/numerics.md §12.1) against mxq::ref::quantize_routed, raw
 // bytes: every output poisoned first, guard bands around every buffer, both tile heights, every
 // dtype and rule, int32 and int64 index and counts, adversarial routings and scales; and bad
 // device-side input (index out of range, counts negative or not summing to N): status bits, and

@@ -1,5 +1,5 @@
 // Shared helpers of the routed suites (test_routed_reference.cpp, gpu_routed_test.cpp, the fuzz
-// driver): routing problems aimed at the contract's edges (docs/numerics.md §13), a test-side
+// driver): routing problems aimed at the contract's edges (docs/numerics.md §12.1), a test-side
 // composition written from the spec (gather, scale, pad, then ref::quantize with offs_p), and
 // running mxq::ref::quantize_routed on poisoned buffers.
 #pragma once
@@ -196,7 +196,7 @@ inline RoutedOutputs reference_routed(const RoutedProblem& p, ScalingMode mode, 
   return o;
 }
 
-// The composition of docs/numerics.md §13 written here: offs_p and dest from the counts, the routed
+// The composition of docs/numerics.md §12.1 written here: offs_p and dest from the counts, the routed
 // rows gathered into a zeroed (Mp, K) buffer — scaled as torch would, (x.float() * s).to(dtype) —
 // then ref::quantize with offs_p.
 inline RoutedOutputs composed_routed(const RoutedProblem& p, ScalingMode mode, bool rowwise,

@@ -1,4 +1,4 @@
-// The routed input stage's CPU reference (mxq::ref::quantize_routed, docs/numerics.md §13) against
+// The routed input stage's CPU reference (mxq::ref::quantize_routed, docs/numerics.md §12.1) against
 // the composition written in routed_util.h from the spec (gather, scale as torch would, pad, then
 // ref::quantize with offs_p), byte for byte; its host checks of index and counts; and the fp32 ->
 // fp16 rounding it uses, over every fp32 pattern.

@@ -110,7 +110,7 @@ struct Case {
   WeightScaling scaling = WeightScaling::k32x32;
   uint8_t poison = 0;
   int tile_rows = 0;  // quantize paths: 0 (the launch chooses), 64 or 128 (forced)
-  // Routed cases (quantize_routed, docs/numerics.md §13): x (M, K) is the tokens (T = M); N routed
+  // Routed cases (quantize_routed, docs/numerics.md §12.1): x (M, K) is the tokens (T = M); N routed
   // rows over E experts; the axes of row / col.
   bool routed = false;
   int64_t N = 0, E = 0;

@@ -1,4 +1,4 @@
-"""mxq.quantize_routed (docs/numerics.md §13) against its composition from torch ops — gather with torch indexing,
+"""mxq.quantize_routed (docs/numerics.md §12.1) against its composition from torch ops — gather with torch indexing,
 ``(x[index].float() * scale[:, None]).to(x.dtype)``, pad into mxq.moe's padded row space, ``mxq.quantize(padded,
 offs=offs_p)`` — raw bytes, on the CPU dispatch (the C++ reference) and on CUDA; adversarial routings; opcheck, Meta
 shapes, torch.compile(fullgraph=True), a CUDA graph; the error messages."""
