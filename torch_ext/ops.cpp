@@ -187,16 +187,22 @@ struct QuantizeCall {
   std::array<SymInt, 2> q, s_row, s_col;  // q: (M, K), the logical shape of q_row and of q_col
 };
 
-QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block_size,
-                                  c10::string_view scaling_mode, const OptTensor& offs) {
+// x of a quantize op: a contiguous 2-D bf16 / fp16 / fp32 tensor; `shape` names its dimensions.
+DType check_x(const char* op, const Tensor& x, const char* shape) {
   const std::optional<DType> dtype = input_dtype(x.scalar_type());
   TORCH_CHECK_TYPE(dtype.has_value(), op,
                    ": x must be torch.bfloat16, torch.float16 or torch.float32, got ",
                    torch_dtype(x.scalar_type()));
-  TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-D (M, K), got a ", x.dim(),
+  TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-D ", shape, ", got a ", x.dim(),
                     "-D tensor of shape ", x.sym_sizes());
   TORCH_CHECK_VALUE(x.is_contiguous(), op, ": x must be contiguous (row-major), got strides ",
                     x.sym_strides(), " for shape ", x.sym_sizes());
+  return *dtype;
+}
+
+QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block_size,
+                                  c10::string_view scaling_mode, const OptTensor& offs) {
+  const DType dtype = check_x(op, x, "(M, K)");
   TORCH_CHECK_VALUE(block_size == kBlock, op, ": block_size must be ", kBlock, ", got ",
                     block_size);
   ScalingMode mode = ScalingMode::kRceil;
@@ -209,7 +215,7 @@ QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block
   check_known_sizes(op, check_sizes, {M, K, grouped ? G : SymInt(-1)});
   const auto s_row = s_row_shape(M, K, G, grouped);
   const auto s_col = s_col_shape(M, K, G, grouped);
-  return {*dtype, mode, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
+  return {dtype, mode, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
 }
 
 // One core call writing the outputs present in `o` (an absent pair skips its axis).
@@ -574,14 +580,7 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
                         const OptTensor& scale, c10::string_view scaling_mode, bool rowwise,
                         bool colwise) {
   constexpr const char* op = "mxq.quantize_routed";
-  const std::optional<DType> dtype = input_dtype(x.scalar_type());
-  TORCH_CHECK_TYPE(dtype.has_value(), op,
-                   ": x must be torch.bfloat16, torch.float16 or torch.float32, got ",
-                   torch_dtype(x.scalar_type()));
-  TORCH_CHECK_VALUE(x.dim() == 2, op, ": x must be 2-D (T, K), got a ", x.dim(),
-                    "-D tensor of shape ", x.sym_sizes());
-  TORCH_CHECK_VALUE(x.is_contiguous(), op, ": x must be contiguous (row-major), got strides ",
-                    x.sym_strides(), " for shape ", x.sym_sizes());
+  const DType dtype = check_x(op, x, "(T, K)");
   check_route_tensor(op, "index", index, x, {at::kInt, at::kLong}, "torch.int32 or torch.int64");
   check_route_tensor(op, "counts", counts, x, {at::kInt, at::kLong}, "torch.int32 or torch.int64");
   if (scale.has_value()) {
@@ -628,7 +627,7 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
 
   QuantizeRoutedParams p;
   p.x = x.const_data_ptr();
-  p.dtype = *dtype;
+  p.dtype = dtype;
   p.T = x.size(0);
   p.K = x.size(1);
   p.index = index.const_data_ptr();
