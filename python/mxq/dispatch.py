@@ -49,7 +49,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .config import MXFP8Config, check_choice, check_config
-from .linear import BLOCK, check_float_tensor, dual_quantize, layer_weight_operands, use_native_gemm
+from .linear import (
+    BLOCK,
+    activation_operands,
+    check_float_tensor,
+    dual_quantize,
+    layer_weight_operands,
+    saved_colwise,
+    use_native_gemm,
+)
 from .moe import (
     _dgrad_gemm,
     _fwd_gemm,
@@ -214,12 +222,7 @@ class _CombineMM(torch.autograd.Function):
     def forward(ctx, h, w, w_operands, scores, index, counts, dest, valid, offs_p, num_tokens, how, backend,
                 x_colwise, scaling_mode, weight_scaling, path):  # fmt: skip
         need_dh, need_dw, need_ds = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[3]
-        if x_colwise == "quantized" and need_dw:
-            q_h, s_h, q_h_col, s_h_col = dual_quantize(h, backend, scaling_mode, offs_p)
-            h_saved = (q_h_col, s_h_col)
-        else:
-            q_h, s_h = _ops.quantize_rowwise(h, BLOCK, scaling_mode, offs_p)
-            h_saved = (h,) if need_dw else ()
+        q_h, s_h, h_saved = activation_operands(h, need_dw, backend, x_colwise, scaling_mode, offs_p)
         q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dh)
         w_saved = (q_w_col, s_w_col) if need_dh else ()
         y_routed = _keep_valid(_fwd_gemm(q_h, s_h, q_w, s_w, offs_p, path), valid).index_select(0, dest)  # (N, N_out)
@@ -244,10 +247,7 @@ class _CombineMM(torch.autograd.Function):
                 how, dout, index, counts, scores, scaling_mode, need_dh, need_dw, backend
             )
             if need_dw:
-                if n_h == 2:
-                    q_h_col, s_h_col = h_saved
-                else:
-                    q_h_col, s_h_col = _ops.quantize_colwise(h_saved[0], BLOCK, scaling_mode, offs_p)
+                q_h_col, s_h_col = saved_colwise(h_saved, scaling_mode, offs_p)
                 dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_h_col, s_h_col, offs_p, path), offs_p)
             if need_dh:
                 q_w_col, s_w_col = w_saved

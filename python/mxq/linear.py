@@ -184,6 +184,23 @@ def dual_quantize(t: Tensor, backend: str, scaling_mode: str, offs: Tensor | Non
     return op(t, BLOCK, scaling_mode, offs)
 
 
+def activation_operands(a: Tensor, need_dw: bool, backend: str, x_colwise: str, scaling_mode: str, offs=None):
+    """(q, s, saved): the forward GEMM's rowwise operand of the activation ``a`` and what its wgrad needs later — a's
+    colwise operand from the same call (``x_colwise="quantized"``), or ``a`` itself (quantized in backward)."""
+    if x_colwise == "quantized" and need_dw:
+        q, s, q_col, s_col = dual_quantize(a, backend, scaling_mode, offs)
+        return q, s, (q_col, s_col)
+    q, s = _ops.quantize_rowwise(a, BLOCK, scaling_mode, offs)
+    return q, s, ((a,) if need_dw else ())
+
+
+def saved_colwise(saved, scaling_mode: str, offs=None):
+    """The activation's colwise operand (q_col, s_col) for wgrad from what :func:`activation_operands` saved."""
+    if len(saved) == 2:
+        return saved[0], saved[1]
+    return _ops.quantize_colwise(saved[0], BLOCK, scaling_mode, offs)
+
+
 def recipe_args(config: MXFP8Config) -> tuple[str, str, str, str]:
     """What the autograd functions take of a config, as plain strings (torch.compile traces them as constants):
     (activation_quantization_backend, x_colwise, scaling_mode, weight_scaling)."""
@@ -195,12 +212,7 @@ class _MXFP8LinearFunction(torch.autograd.Function):
     def forward(ctx, x, w, w_operands, backend, x_colwise, scaling_mode, weight_scaling, native):
         # x (M, K), w (N, K), both bf16 contiguous; w_operands: w's, from reuse_quantized_weights, or None.
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        if x_colwise == "quantized" and need_dw:
-            q_x, s_x, q_x_col, s_x_col = dual_quantize(x, backend, scaling_mode)
-            x_saved = (q_x_col, s_x_col)
-        else:
-            q_x, s_x = _ops.quantize_rowwise(x, BLOCK, scaling_mode, None)
-            x_saved = (x,) if need_dw else ()
+        q_x, s_x, x_saved = activation_operands(x, need_dw, backend, x_colwise, scaling_mode)
         # One call: W rowwise (forward, now) and W colwise (dgrad, saved instead of W).
         q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
         w_saved = (q_w_col, s_w_col) if need_dx else ()
@@ -220,10 +232,7 @@ class _MXFP8LinearFunction(torch.autograd.Function):
             q_w_col, s_w_col = w_saved  # q_w_col.t(): the physical (K, N) array, quantized along N
             dx = mx_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, native)  # (M, N) · (K, N)ᵀ = (M, K)
         if need_dw:
-            if len(x_saved) == 2:
-                q_x_col, s_x_col = x_saved
-            else:
-                q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, None)  # physical (K, M)
+            q_x_col, s_x_col = saved_colwise(x_saved, scaling_mode)  # physical (K, M)
             dw = mx_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, native)  # (N, M) · (K, M)ᵀ = (N, K)
         return dx, dw, None, None, None, None, None, None
 

@@ -58,12 +58,14 @@ from .linear import (
     ATOM_COLS,
     ATOM_ROWS,
     BLOCK,
+    activation_operands,
     check_float_tensor,
     check_multiple_of_32,
     dual_quantize,
     layer_weight_operands,
     recipe_args,
     round_up,
+    saved_colwise,
     use_native_gemm,
     weight_operands,
 )
@@ -255,12 +257,7 @@ class _MXFP8GroupedMM(torch.autograd.Function):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         offs_p, dest, Mp = padded_rows(offs, x.shape[0])
         x_p = _pad(x, dest, Mp)
-        if x_colwise == "quantized" and need_dw:
-            q_x, s_x, q_x_col, s_x_col = dual_quantize(x_p, backend, scaling_mode, offs_p)
-            x_saved = (q_x_col, s_x_col)
-        else:
-            q_x, s_x = _ops.quantize_rowwise(x_p, BLOCK, scaling_mode, offs_p)
-            x_saved = (x_p,) if need_dw else ()
+        q_x, s_x, x_saved = activation_operands(x_p, need_dw, backend, x_colwise, scaling_mode, offs_p)
         q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
         w_saved = (q_w_col, s_w_col) if need_dx else ()
         ctx.save_for_backward(offs_p, dest, *x_saved, *w_saved)
@@ -280,10 +277,7 @@ class _MXFP8GroupedMM(torch.autograd.Function):
             q_w_col, s_w_col = w_saved
             dx = _zero_tail(_dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs_p, path), offs_p).index_select(0, dest)
         if need_dw:
-            if len(x_saved) == 2:
-                q_x_col, s_x_col = x_saved
-            else:
-                q_x_col, s_x_col = _ops.quantize_colwise(x_saved[0], BLOCK, scaling_mode, offs_p)
+            q_x_col, s_x_col = saved_colwise(x_saved, scaling_mode, offs_p)
             dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs_p, path), offs_p)
         return dx, dw, None, None, None, None, None, None, None
 
