@@ -18,6 +18,7 @@ import collections
 import ctypes
 import dataclasses
 import datetime
+import functools
 import itertools
 import json
 import math
@@ -325,23 +326,38 @@ class RoutedWorkspace:
         }
 
 
+@functools.cache
 def torchao_pipeline():
-    """(fn, None), fn(x, index, counts, E) torchao's routed input stage, or (None, why it cannot run). torchao's
-    pieces (its prototype API, 0.18): TorchTitan's gather x[index], moe_training.ep.permute.permute_and_pad (the
-    Triton generate_permute_indices kernel, a zero row appended, the padding gather; an empty expert gets 32 rows),
-    mx_formats.kernels.triton_to_mxfp8_dim0 / _dim1 (rceil) and the M-groups / K-groups scale rearranges."""
+    """(fn, None, note), fn(x, index, counts, E) torchao's routed input stage, or (None, why it cannot run, None).
+    torchao's pieces (its prototype API, 0.18): TorchTitan's gather x[index], moe_training.ep.permute.permute_and_pad
+    (the Triton generate_permute_indices kernel, a zero row appended, the padding gather; an empty expert gets 32
+    rows), mx_formats.kernels.triton_to_mxfp8_dim0 / _dim1 (rceil) and the M-groups / K-groups scale rearranges.
+    torchao enables those casts on SM100 only, for one PTX instruction (cvt.rp.satfinite.ue8m0x2.f32) in the scale;
+    below SM100 they run here with torchao's own portable scale formula in its place (the note says so)."""
     try:
         import torchao
-        from torchao.prototype.moe_training.ep.permute import permute_and_pad
-        from torchao.prototype.moe_training.kernels import mxfp8 as ao_moe
-        from torchao.prototype.mx_formats import kernels as ao_mx
+        import torchao.utils as ao_utils
+
+        sm100 = ao_utils.is_sm_at_least_100
+        native = sm100()
+        ao_utils.is_sm_at_least_100 = lambda: True  # mx_formats.kernels reads it once, at import
+        try:
+            from torchao.prototype.moe_training.ep.permute import permute_and_pad
+            from torchao.prototype.moe_training.kernels import mxfp8 as ao_moe
+            from torchao.prototype.mx_formats import kernels as ao_mx
+        finally:
+            ao_utils.is_sm_at_least_100 = sm100
     except Exception as e:  # noqa: BLE001 (absent, or an incompatible build)
-        return None, f"torchao is not importable ({type(e).__name__}: {e})"
+        return None, f"torchao is not importable ({type(e).__name__}: {e})", None
     if not getattr(ao_mx, "_triton_kernels_available", False):
-        return None, (
-            f"torchao {torchao.__version__}: its MXFP8 cast kernels (mx_formats.kernels.triton_to_mxfp8_dim0/1) are "
-            "not available on this device (torchao builds them for SM100 with CUDA >= 12.8)"
-        )
+        why = f"torchao {torchao.__version__}: its MXFP8 Triton cast kernels are not available (no Triton, CUDA < 12.8)"
+        return None, why, None
+    note = f"torchao {torchao.__version__}"
+    if not native:  # the kernels' USE_PTX is `not IS_ROCM`: off selects the portable formula
+        import triton.language as tl
+
+        ao_mx.IS_ROCM = tl.constexpr(True)
+        note += ", casts with the portable scale formula (torchao's cvt.rp.ue8m0 PTX is SM100-only)"
 
     def pipeline(x, index, counts, E):
         _, padded, _, _, offs = permute_and_pad(x.index_select(0, index), counts, 1, E, 32)
@@ -350,13 +366,15 @@ def torchao_pipeline():
         s_row = ao_moe.triton_mx_block_rearrange_2d_M_groups(s_row, offs)
         return q_row, s_row, q_col, ao_moe.triton_mx_block_rearrange_2d_K_groups(s_col, offs // 32), offs
 
-    return pipeline, None
+    return pipeline, None, note
 
 
 def skip_unavailable(cases: list[Case]) -> tuple[list[Case], list[dict]]:
     """The cases that can run, and a record (printed, and kept in the JSON's `skipped`) of each that cannot:
     routed_torchao without a usable torchao."""
-    why = torchao_pipeline()[1] if any(c.op == "routed_torchao" for c in cases) else None
+    _, why, note = torchao_pipeline() if any(c.op == "routed_torchao" for c in cases) else (None, None, None)
+    if note:
+        print(f"routed_torchao: {note}")
     skipped = [c.fields() | {"reason": why} for c in cases if why and c.op == "routed_torchao"]
     for r in skipped:
         print(f"SKIPPED: {r['set']} {r['op']} {r['shape']} {r['groups_kind']} E={r['groups']}: {r['reason']}")
@@ -787,6 +805,8 @@ def run_bench(a, cases: list[Case], mxq) -> int:
     method = {"rounds": a.rounds, "replays": a.replays, "warmup_rounds": WARMUP_ROUNDS, "seed": a.seed}
     method |= {"dtype": a.dtype, "scaling_mode": "rceil", "roof_copies": ROOF_COPIES, "verify": a.verify}
     method |= {"full_check_elements": FULL_CHECK_ELEMENTS, "band_rows": BAND_ROWS, "described": "benchmarks/README.md"}
+    if any(c.op == "routed_torchao" for c in cases):
+        method["torchao"] = torchao_pipeline()[2]
     doc = {"schema": SCHEMA, "date": now(), "commit": commit(), "mxq": str(Path(mxq.__file__).parent), "gpu": gpu}
     doc |= {"sets": a.sets, "method": method, "roof": roof, "rows": [r for _, r in results], "verify": verify}
     doc |= {"routed_targets": routed_targets(results) if "routed" in a.sets else [], "skipped": skipped}

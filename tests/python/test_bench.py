@@ -259,8 +259,10 @@ def test_routed_bytes_are_the_tensors_of_the_cpu_op(op, T, K, E, k):
 
 def test_torchao_missing_is_a_recorded_skip(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torchao", None)  # import torchao raises ImportError
+    bench.torchao_pipeline.cache_clear()
     cases = bench.plan(bench.parse_args(["--sets", "routed"]))
     kept, skipped = bench.skip_unavailable(cases)
+    bench.torchao_pipeline.cache_clear()
     assert [c.op for c in kept] == [c.op for c in cases if c.op != "routed_torchao"]
     assert len(skipped) == 8 and all(r["op"] == "routed_torchao" for r in skipped)
     assert all("torchao is not importable" in r["reason"] for r in skipped)
