@@ -4,6 +4,7 @@
     python3 benchmarks/plot.py benchmarks/results/nvidia-h200_2026-12-08.json   # -> the same path, .png
     python3 benchmarks/plot.py RESULTS.json -o chart.png --no-peers
     python3 benchmarks/plot.py --compare BASE.json NEW.json                    # new/base time per row (text)
+    python3 benchmarks/plot.py --table RESULTS.json      # the README's and docs/performance.md's results table
 
 Panels: the main set's dense two-axis quantization per shape and its grouped one per shape and G (fused and
 composed at effective TB/s: the fused bytes over the time, as the peers are quoted), its single-axis ops and
@@ -264,13 +265,41 @@ def compare(base_path: Path, new_path: Path) -> str:
     return "\n".join(lines)
 
 
+def results_table(doc: dict) -> str:
+    """The main set as the README and docs/performance.md show it: per shape the fused kernel (dense and G = 8)
+    beside the copy row, the composed path and the single-axis ops."""
+    rows = {(r["op"], r["M"], r["K"], r["groups"]): r for r in doc["rows"] if r["set"] == "main"}
+    cell = lambda r, f: "-" if r is None else f(r)
+    tbps = lambda r: f"{r['TBps']:.2f} ({r['pct_roof']:.0f}%)"
+    pct = lambda r: f"{r['pct_roof']:.0f}%"
+    header = ["shape (M×K)", "fused µs", "fused TB/s (% roof)", "copy % roof", "fused G=8 TB/s (% roof)"]
+    header += ["composed µs", "fused speedup", "rowwise % roof", "colwise % roof", "dequantize % roof"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for M, K in dict.fromkeys((r["M"], r["K"]) for r in doc["rows"] if r["set"] == "main"):
+        get = lambda op, g=0, mk=(M, K): rows.get((op, *mk, g))
+        fused, composed = get("fused"), get("composed")
+        speedup = "-" if not (fused and composed) else f"{composed['us'] / fused['us']:.2f}×"
+        cells = [f"{M}×{K}", cell(fused, lambda r: f"{r['us']:.1f}"), cell(fused, tbps), cell(get("copy"), pct)]
+        cells += [cell(get("fused", 8), tbps), cell(composed, lambda r: f"{r['us']:.1f}"), speedup]
+        cells += [cell(get(op), pct) for op in ("rowwise", "colwise", "dequantize")]
+        lines.append("| " + " | ".join(cells) + " |")
+    roof = ", ".join(f"{r['TBps']:.2f} TB/s at {r['copy_bytes'] >> 20} MiB" for r in doc.get("roof", []))
+    gpu = doc.get("gpu", {})
+    lines.append(f"\n{gpu.get('name', '?')}, commit {doc.get('commit', '?')}, {doc.get('date', '?')[:10]}; roof {roof}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="?", type=Path, help="a JSON written by benchmarks/bench.py")
     parser.add_argument("-o", "--output", type=Path, help="PNG path (default: the JSON's path with .png)")
     parser.add_argument("--no-peers", action="store_true", help="leave out the H200 peer numbers")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("BASE", "NEW"), help="print new/base per row")
+    parser.add_argument("--table", action="store_true", help="print the main set's results table (markdown)")
     args = parser.parse_args(argv)
+    if args.table and args.results:
+        print(results_table(load(args.results)))
+        return 0
     if args.compare:
         print(compare(*args.compare))
         return 0

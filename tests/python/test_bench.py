@@ -179,6 +179,15 @@ def test_plot_compare(tmp_path, capsys):
     assert "new/base over 1 rows: min 0.950, median 0.950, max 0.950" in capsys.readouterr().out
 
 
+def test_plot_table_is_the_readme_table(tmp_path, capsys):
+    rows = [results(op="fused", us=20.0)["rows"][0], results(op="composed", us=36.0)["rows"][0]]
+    rows += [results(op="fused", groups=8, groups_kind="random", TBps=2.9, pct_roof=72.4)["rows"][0]]
+    (tmp_path / "r.json").write_text(json.dumps(results() | {"rows": rows, "roof": []}))
+    assert plot.main(["--table", str(tmp_path / "r.json")]) == 0
+    line = capsys.readouterr().out.splitlines()[2]
+    assert line == "| 8192×2048 | 20.0 | 3.00 (75%) | - | 2.90 (72%) | 36.0 | 1.80× | - | - | - |"
+
+
 def test_plot_draws_a_results_file(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [
