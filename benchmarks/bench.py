@@ -275,11 +275,17 @@ class Workspace:
         n, shape = c.elements, (c.experts, c.M, c.K) if c.op == "weight" else (c.M, c.K)
         self.sets = max(2, -(-2 * l2 // n))
         self.x = [random_input(n // c.K, c.K, c.dtype, seed + i).view(shape) for i in range(self.sets)]
-        self.out = []
+        self.out, self.copies = [], []  # copies: the copy row's destinations, made when a case asks (copy_dst)
         if c.op != "weight":
             most = [meta_outputs(dataclasses.replace(c, groups=g)) for g in (0, max_groups)]
             cap = {k: max(m[k].nbytes for m in most) for k in NAMES}
             self.out = [{k: torch.empty(cap[k], dtype=torch.uint8, device="cuda") for k in NAMES} for _ in self.x]
+
+    def copy_dst(self, i: int) -> torch.Tensor:
+        """Set i's destination of the copy row, its own: the outputs keep the MXFP8 that dequantize reads."""
+        if not self.copies:
+            self.copies = [torch.empty(x.nbytes, dtype=torch.uint8, device="cuda") for x in self.x]
+        return self.copies[i]
 
     def views(self, i: int, c: Case) -> dict:
         """Set i's outputs with the dtype, shape and strides of c's grouping."""
@@ -394,13 +400,10 @@ def routed_op(op: str, x, ws: RoutedWorkspace, E: int, scaled: bool = False):
     return torch.ops.mxq.quantize_routed.default(x, ws.index, ws.counts, scale, "rceil", True, True)
 
 
-def copy_into(x: torch.Tensor, out: dict) -> list:
-    """x's bytes into q_row and q_col (bf16 x holds as many), as int64 by an elementwise kernel: a same-dtype copy_
-    would be a cudaMemcpyAsync, which a graph replays as a memcpy node on the copy engines, slower than the roof."""
-    src = x.reshape(-1).view(torch.int64)
-    half = src.numel() // 2
-    pairs = [(src[:half], out["q_row"][: 8 * half]), (src[half:], out["q_col"][: 8 * half])]
-    return [torch.bitwise_and(s, -1, out=d.view(torch.int64)) for s, d in pairs]
+def copy_into(x: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+    """x's bytes into dst (uint8, as many bytes), as int64 by an elementwise kernel: a same-dtype copy_ would be a
+    cudaMemcpyAsync, which a graph replays as a memcpy node on the copy engines, slower than the roof."""
+    return torch.bitwise_and(x.reshape(-1).view(torch.int64), -1, out=dst.view(torch.int64))
 
 
 def make_call(c: Case, ws: Workspace, offs):
@@ -413,7 +416,7 @@ def make_call(c: Case, ws: Workspace, offs):
     if c.op == "composed":
         return lambda i: ops.quantize_composed.default(x[i], 32, "rceil", offs)
     if c.op == "copy":
-        return lambda i: copy_into(x[i], ws.out[i])
+        return lambda i: copy_into(x[i], ws.copy_dst(i))
     outs = [ws.views(i, c) for i in range(ws.sets)]
     if c.op == "dequantize" and offs is None:  # the forward operand
         return lambda i: ops.dequantize.default(outs[i]["q_row"], outs[i]["s_row"], None, "blocked")
@@ -601,8 +604,8 @@ def verify_block(block: list[Case], ws: Workspace, offs, offs_list: list | None)
         records.append(c0.fields() | {"op": op, "check": check, "bytes": nbytes, "mismatches": bad, "ok": bad == 0})
 
     if "copy" in ops:
-        got = copy_into(x, {k: torch.full_like(ws.out[0][k], POISON) for k in ("q_row", "q_col")})
-        record("copy", "== x (device)", [(x.reshape(-1).view(torch.uint8), torch.cat(got).view(torch.uint8))])
+        got = copy_into(x, torch.full((x.nbytes,), POISON, dtype=torch.uint8, device=x.device))
+        record("copy", "== x (device)", [(x.reshape(-1).view(torch.uint8), got.view(torch.uint8))])
     needs_fused = c0.op != "weight" and ("dequantize" in ops or not full)
     gpu_fused = run_op("fused", c0, x, offs) if needs_fused else None
     gpu = {op: gpu_fused if op == "fused" else run_op(op, c0, x, offs, gpu_fused) for op in ops if op != "copy"}

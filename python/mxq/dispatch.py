@@ -227,7 +227,8 @@ class _CombineMM(torch.autograd.Function):
         w_saved = (q_w_col, s_w_col) if need_dh else ()
         y_routed = _keep_valid(_fwd_gemm(q_h, s_h, q_w, s_w, offs_p, path), valid).index_select(0, dest)  # (N, N_out)
         y_scaled = (y_routed.float() * scores.unsqueeze(1)).to(torch.bfloat16)
-        out = y_scaled.new_zeros(num_tokens, y_scaled.shape[1]).index_put_((index,), y_scaled, accumulate=True)
+        # Out of place: with index_put_ here, torch 2.11's torch.compile traced backward with dout = zeros.
+        out = y_scaled.new_zeros(num_tokens, y_scaled.shape[1]).index_put((index,), y_scaled, accumulate=True)
         y_saved = (y_routed,) if need_ds else ()
         ctx.save_for_backward(scores, index, counts, valid, offs_p, *y_saved, *h_saved, *w_saved)
         ctx.config = (how, backend, scaling_mode, path, len(y_saved), len(h_saved), need_dh, need_dw, need_ds)

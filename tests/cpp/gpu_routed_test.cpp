@@ -188,11 +188,15 @@ TEST_F(GpuRoutedBadInput, IndexOutOfRange) {
     RoutedProblem p = make_routed_problem(DType::kBFloat16, 50, 160, 300, 5, Routing::kRandom, true,
                                           test_seed(tile));
     DeviceRouted dev(p, ScalingMode::kRceil, true, true, IndexType::kInt64, IndexType::kInt32);
-    // The reference of the same problem with those rows' sources replaced by a zero row.
+    // The reference of the same problem with those rows' sources replaced by a zero row and their factors by 1:
+    // a bad index's row is +0 bytes whatever its scale (a -0.5 or NaN factor times a zero row would not be).
     RoutedProblem fixed = p;
     fixed.T = p.T + 1;
     fixed.x.resize(p.x.size() + p.K * 2, 0);  // row T: zeros
-    for (int64_t r : {int64_t(3), int64_t(150), int64_t(299)}) fixed.index[r] = p.T;
+    for (int64_t r : {int64_t(3), int64_t(150), int64_t(299)}) {
+      fixed.index[r] = p.T;
+      if (!fixed.scale.empty()) fixed.scale[r] = 1.0f;
+    }
     const RoutedOutputs want = reference_routed(fixed, ScalingMode::kRceil, true, true);
     p.index[3] = p.T;
     p.index[150] = -1;
