@@ -74,6 +74,11 @@ fi
 
 if has bench; then
   log "bench"
+  # torchao for the routed set's routed_torchao rows, from a carried wheel (docs/development.md); else they skip.
+  if ls .whl/torchao-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/torchao \
+      .whl/torchao-*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/torchao"
+  fi
   python3 benchmarks/bench.py --json "$OUT/bench.json" --plot "$OUT/bench.png" ${BENCH_ARGS:-} 2>&1 |
     tee "$OUT/bench.log" | tail -70 || status=1
 fi
