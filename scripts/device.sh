@@ -100,7 +100,7 @@ if has profile; then
   # (a regex for ncu -k; --launch-skip counts only the launches it matches); PROFILE_CACHE: none (caches as a run of
   # calls leaves them) or all (flushed before each launch, ncu's default: instruction and constant fetches start cold).
   ncu --section SourceCounters --warp-sampling-interval 0 --clock-control none --cache-control "${PROFILE_CACHE:-none}" \
-    --launch-skip 100 --launch-count 5 -k "regex:${PROFILE_KERNEL:-quantize_tile_kernel}" -f -o "$OUT/profile" \
+    --launch-skip 100 --launch-count 5 -k "regex:${PROFILE_KERNEL:-quantize_tile(128|64)_kernel}" -f -o "$OUT/profile" \
     python3 benchmarks/bench.py ${PROFILE_ARGS:---shapes 512x4096 --ops fused} --replays 30 --no-verify \
     >"$OUT/profile.log" 2>&1 || { tail -5 "$OUT/profile.log"; status=1; }
   ncu --import "$OUT/profile.ncu-rep" --page source --csv --print-source sass >"$OUT/profile.csv" 2>>"$OUT/profile.log" &&

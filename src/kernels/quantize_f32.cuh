@@ -167,27 +167,15 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
 
 template <ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile_f32_kernel(const TileParams p) {
-  tile_f32_body<kMode, kV>(p);
-}
-template <ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile_f32_routed_kernel(const RoutedTileParams p) {
+    quantize_tile_f32_kernel(const TileParamsOf<kV> p) {
   tile_f32_body<kMode, kV>(p);
 }
 
 template <bool kRouted>
 void launch_tile_f32(const RoutedTileParams& p, Variant variant, ScalingMode mode,
                      cudaStream_t stream) {
-  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
-    constexpr Variant kV = decltype(v)::value;
-    constexpr ScalingMode kMode = decltype(m)::value;
-    if constexpr (kRouted) {
-      launch_tiles<kV>(quantize_tile_f32_routed_kernel<kMode, kV>, ConfigF32::kThreads, p, stream);
-    } else {
-      launch_tiles<kV>(quantize_tile_f32_kernel<kMode, kV>, ConfigF32::kThreads,
-                       static_cast<const TileParams&>(p), stream);
-    }
+  launch_variant<kRouted>(p, variant, mode, ConfigF32::kThreads, stream, [](auto v, auto m) {
+    return quantize_tile_f32_kernel<decltype(m)::value, decltype(v)::value>;
   });
 }
 

@@ -43,6 +43,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "common.cuh"
 #include "dispatch.h"
 #include "quantize.h"
@@ -135,6 +137,10 @@ struct VariantTraits {
                                                                       : ColScales::kNone;
   static constexpr bool kColwise = kCol != ColScales::kNone;
 };
+
+// What a tile kernel of variant kV takes: the routed kernels also read the route.
+template <Variant kV>
+using TileParamsOf = std::conditional_t<VariantTraits<kV>::kRouted, RoutedTileParams, TileParams>;
 
 // The first row and column of this CTA's tile. Tile order: K fastest, except for the colwise-only
 // variants (kRowwise false), whose only output runs along M.
@@ -486,6 +492,17 @@ void dispatch_variant(Variant variant, ScalingMode mode, F&& f) {
                Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(
           variant, [&](auto v) { f(v, m); });
     }
+  });
+}
+
+// Launches the tile kernel that kernel_of(variant, mode) names (both as std::integral_constant) for
+// the runtime pair, with p as the parameters that kernel takes: one tile kernel family's launcher.
+template <bool kRouted, typename KernelOf>
+void launch_variant(const RoutedTileParams& p, Variant variant, ScalingMode mode, int threads,
+                    cudaStream_t stream, KernelOf kernel_of) {
+  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
+    constexpr Variant kV = decltype(v)::value;
+    launch_tiles<kV>(kernel_of(v, m), threads, static_cast<const TileParamsOf<kV>&>(p), stream);
   });
 }
 

@@ -57,28 +57,15 @@ __device__ __forceinline__ void tile128_body(const Params& p) {
 
 template <DType kIn, ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile128_kernel(const TileParams p) {
-  tile128_body<kIn, kMode, kV>(p);
-}
-template <DType kIn, ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile128_routed_kernel(const RoutedTileParams p) {
+    quantize_tile128_kernel(const TileParamsOf<kV> p) {
   tile128_body<kIn, kMode, kV>(p);
 }
 
 template <DType kIn, bool kRouted>
 void launch_tile128(const RoutedTileParams& p, Variant variant, ScalingMode mode,
                     cudaStream_t stream) {
-  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
-    constexpr Variant kV = decltype(v)::value;
-    constexpr ScalingMode kMode = decltype(m)::value;
-    if constexpr (kRouted) {
-      launch_tiles<kV>(quantize_tile128_routed_kernel<kIn, kMode, kV>, Config<>::kThreads, p,
-                       stream);
-    } else {
-      launch_tiles<kV>(quantize_tile128_kernel<kIn, kMode, kV>, Config<>::kThreads,
-                       static_cast<const TileParams&>(p), stream);
-    }
+  launch_variant<kRouted>(p, variant, mode, Config<>::kThreads, stream, [](auto v, auto m) {
+    return quantize_tile128_kernel<kIn, decltype(m)::value, decltype(v)::value>;
   });
 }
 

@@ -128,28 +128,15 @@ __device__ __forceinline__ void tile64_body(const Params& p) {
 
 template <DType kIn, ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile64_kernel(const TileParams p) {
-  tile64_body<kIn, kMode, kV>(p);
-}
-template <DType kIn, ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
-    quantize_tile64_routed_kernel(const RoutedTileParams p) {
+    quantize_tile64_kernel(const TileParamsOf<kV> p) {
   tile64_body<kIn, kMode, kV>(p);
 }
 
 template <DType kIn, bool kRouted>
 void launch_tile64(const RoutedTileParams& p, Variant variant, ScalingMode mode,
                    cudaStream_t stream) {
-  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
-    constexpr Variant kV = decltype(v)::value;
-    constexpr ScalingMode kMode = decltype(m)::value;
-    if constexpr (kRouted) {
-      launch_tiles<kV>(quantize_tile64_routed_kernel<kIn, kMode, kV>, Config<>::kThreads, p,
-                       stream);
-    } else {
-      launch_tiles<kV>(quantize_tile64_kernel<kIn, kMode, kV>, Config<>::kThreads,
-                       static_cast<const TileParams&>(p), stream);
-    }
+  launch_variant<kRouted>(p, variant, mode, Config<>::kThreads, stream, [](auto v, auto m) {
+    return quantize_tile64_kernel<kIn, decltype(m)::value, decltype(v)::value>;
   });
 }
 
