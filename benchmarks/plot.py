@@ -96,7 +96,7 @@ def load(path: Path) -> dict:
     doc = json.loads(path.read_text())
     if not str(doc.get("schema", "")).startswith("mxq-bench/") or not doc.get("rows"):
         sys.exit(f"{path}: not a results file with rows (schema {doc.get('schema')!r}; --eager files have none)")
-    return doc | {"rows": [r for r in doc["rows"] if "superseded" not in r]}  # marked after the run, with the reason
+    return doc
 
 
 def value(r: dict) -> float:
