@@ -54,17 +54,10 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
-  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
-
-  if (V::kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
-    appended_cta<V::kRowwise, V::kCol>(p);
-    return;
-  }
+  if (!starts_tile<kV>(p)) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const auto [m0, k0] = tile_origin<V::kRowwise, C::kRows>(p);
-  const int rows = static_cast<int>(min(int64_t(C::kRows), p.M - m0));  // 32 or 64
-  const int cols = static_cast<int>(min(int64_t(kTileCols), p.K - k0));
+  const auto [m0, k0, rows, cols] = tile_span<V::kRowwise, C::kRows>(p);
   const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
 
   // ---- load ----

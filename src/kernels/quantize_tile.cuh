@@ -142,17 +142,6 @@ struct VariantTraits {
 template <Variant kV>
 using TileParamsOf = std::conditional_t<VariantTraits<kV>::kRouted, RoutedTileParams, TileParams>;
 
-// The first row and column of this CTA's tile. Tile order: K fastest, except for the colwise-only
-// variants (kRowwise false), whose only output runs along M.
-struct TileOrigin {
-  int64_t m0, k0;
-};
-template <bool kRowwise, int kRows>
-__device__ __forceinline__ TileOrigin tile_origin(const TileParams& p) {
-  const auto [slow, fast] = p.fast.split(blockIdx.x);
-  return {int64_t(kRowwise ? slow : fast) * kRows, int64_t(kRowwise ? fast : slow) * kTileCols};
-}
-
 // A CTA appended to a grouped launch (past p.tiles): zero fill of the grouped scales' slack, and
 // the status word (zero-fill CTA 0).
 template <bool kRowwise, ColScales kCol>
@@ -160,6 +149,35 @@ __device__ __forceinline__ void appended_cta(const TileParams& p) {
   zero_fill_slack(p.offs, p.num_groups, p.M, kRowwise ? p.s_row : nullptr,
                   kCol == ColScales::kKGroups ? p.s_col : nullptr, p.K, blockIdx.x - p.tiles,
                   p.status);
+}
+
+// Every tile kernel starts here: nothing touches memory before the work before it is done; a CTA
+// appended to a grouped launch fills the scales' slack and has no tile (false: the kernel ends).
+template <Variant kV>
+__device__ __forceinline__ bool starts_tile(const TileParams& p) {
+  using V = VariantTraits<kV>;
+  ptx::griddepcontrol_wait();
+  if (V::kGrouped && blockIdx.x >= p.tiles) {
+    appended_cta<V::kRowwise, V::kCol>(p);
+    return false;
+  }
+  return true;
+}
+
+// This CTA's tile: its first row and column, its rows (a multiple of 32, at most kRows) and
+// columns. Tile order: K fastest, except for the colwise-only variants (kRowwise false), whose
+// only output runs along M.
+struct TileSpan {
+  int64_t m0, k0;
+  int rows, cols;
+};
+template <bool kRowwise, int kRows>
+__device__ __forceinline__ TileSpan tile_span(const TileParams& p) {
+  const auto [slow, fast] = p.fast.split(blockIdx.x);
+  const int64_t m0 = int64_t(kRowwise ? slow : fast) * kRows;
+  const int64_t k0 = int64_t(kRowwise ? fast : slow) * kTileCols;
+  return {m0, k0, static_cast<int>(min(int64_t(kRows), p.M - m0)),
+          static_cast<int>(min(int64_t(kTileCols), p.K - k0))};
 }
 
 // ---- the block math of 16-bit input ----

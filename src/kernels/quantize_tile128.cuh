@@ -23,17 +23,10 @@ __device__ __forceinline__ void tile128_body(const Params& p) {
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
-
-  if (V::kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
-    appended_cta<V::kRowwise, V::kCol>(p);
-    return;
-  }
+  if (!starts_tile<kV>(p)) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const auto [m0, k0] = tile_origin<V::kRowwise, Cfg::kRows>(p);
-  const int rows = static_cast<int>(min(int64_t(Cfg::kRows), p.M - m0));  // multiples of 32
-  const int cols = static_cast<int>(min(int64_t(kTileCols), p.K - k0));
+  const auto [m0, k0, rows, cols] = tile_span<V::kRowwise, Cfg::kRows>(p);
 
   // ---- load ---- then, grouped, warp 0 plans behind its loads; the barrier after the rowwise
   // pass publishes the places.

@@ -31,17 +31,10 @@ __device__ __forceinline__ void tile64_body(const Params& p) {
                 "a thread of a 64-row tile converts one row block and one column block");
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
-
-  if (V::kGrouped && blockIdx.x >= p.tiles) {  // the CTAs appended by grouped launches
-    appended_cta<V::kRowwise, V::kCol>(p);
-    return;
-  }
+  if (!starts_tile<kV>(p)) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
-  const auto [m0, k0] = tile_origin<V::kRowwise, Cfg::kRows>(p);
-  const int rows = static_cast<int>(min(int64_t(Cfg::kRows), p.M - m0));  // 32 or 64
-  const int cols = static_cast<int>(min(int64_t(kTileCols), p.K - k0));
+  const auto [m0, k0, rows, cols] = tile_span<V::kRowwise, Cfg::kRows>(p);
 
   // ---- load ---- grouped: warp 0 plans first.
   const int chunk = lane % Cfg::kChunksPerRow;

@@ -15,7 +15,7 @@ import math
 import mxq
 import mxq.linear
 import torch
-from helpers import DEVICES, requires_cuda
+from helpers import DEVICES, assert_graph_replay_matches_eager, requires_cuda
 from mxq import MXFP8Config, MXFP8Linear
 from mxq.linear import native_mx_gemm
 from torch import nn
@@ -248,40 +248,9 @@ def test_cuda_graph_training_step():
         mxq.nn.convert(model)
     data = [(torch.randn(64, 256, device="cuda"), torch.randn(64, 128, device="cuda")) for _ in range(4)]
 
-    def step(model, opt, x, t):
-        opt.zero_grad(set_to_none=False)
-        loss = (model(x).float() - t).square().mean()
-        loss.backward()
-        opt.step()
-        return loss
-
-    opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
-    losses_e = [step(eager, opt_e, x, t).item() for x, t in data]
-
-    opt_g = torch.optim.SGD(graphed.parameters(), lr=0.1)
-    init = [p.detach().clone() for p in graphed.parameters()]
-    static_x, static_t = data[0][0].clone(), data[0][1].clone()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):  # warm-up on a side stream (allocator, lazy init)
-            step(graphed, opt_g, static_x, static_t)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_loss = step(graphed, opt_g, static_x, static_t)
-    with torch.no_grad():  # undo the warm-up and capture updates, then replay the same data as the eager run
-        for p, p0 in zip(graphed.parameters(), init):
-            p.copy_(p0)
-    losses_g = []
-    for x, t in data:
-        static_x.copy_(x)
-        static_t.copy_(t)
-        graph.replay()
-        losses_g.append(static_loss.item())
-    assert losses_g == pytest.approx(losses_e, rel=1e-2), (losses_g, losses_e)
-    for p, q in zip(graphed.parameters(), eager.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-3)
+    assert_graph_replay_matches_eager(
+        lambda model, x, t: (model(x).float() - t).square().mean(), eager, graphed, data, 0.1
+    )
 
 
 def test_constructor_errors():
