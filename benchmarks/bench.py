@@ -1066,12 +1066,13 @@ def run_eager(a, mxq) -> int:
 # ---- an MoE layer step: --moe-step ----
 
 STAGES = ("dispatch", "experts", "combine", "backward")
+HOST_LEAD_CYCLES = 20_000_000  # a spin kernel queued before each step (~10 ms): the host issues the step meanwhile
 
 
 def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> list[dict]:
     """One shape and routing: TokenDispatcher fused vs unfused, the layer forward (dispatch, w1 and w3 grouped GEMMs
-    with SwiGLU, combine_mm) and its backward, eager; CUDA events on the stream between the stages, the two
-    dispatchers alternating step by step; per stage the median over --rounds steps after 3 warm-up steps. The routed
+    with SwiGLU, combine_mm) and its backward, eager; CUDA events on the stream between the stages, issued while a
+    spin kernel holds the GPU (the stages are GPU time, not the host's), the two dispatchers alternating step by step; per stage the median over --rounds steps after 3 warm-up steps. The routed
     quantizations (dispatch's of x, the backward's of d(routed y) with the scores) are timed alone too."""
     import torch.nn.functional as F
 
@@ -1091,6 +1092,7 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
             for t in (x, scores, w1, w2, w3):
                 t.grad = None
             ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(STAGES) + 1)]
+            torch.cuda._sleep(HOST_LEAD_CYCLES)
             ev[0].record()
             routed = d.dispatch(x, scores, ids)
             ev[1].record()
