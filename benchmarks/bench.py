@@ -1072,8 +1072,9 @@ HOST_LEAD_CYCLES = 20_000_000  # a spin kernel queued before each step (~10 ms):
 def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> list[dict]:
     """One shape and routing: TokenDispatcher fused vs unfused, the layer forward (dispatch, w1 and w3 grouped GEMMs
     with SwiGLU, combine_mm) and its backward, eager; CUDA events on the stream between the stages, issued while a
-    spin kernel holds the GPU (the stages are GPU time, not the host's), the two dispatchers alternating step by step; per stage the median over --rounds steps after 3 warm-up steps. The routed
-    quantizations (dispatch's of x, the backward's of d(routed y) with the scores) are timed alone too."""
+    spin kernel holds the GPU (the stages are GPU time, not the host's), the two dispatchers alternating step by
+    step; per stage the median over --rounds steps after 3 warm-up steps. The routed quantizations (dispatch's of x,
+    the backward's of d(routed y) with the scores) are timed alone too."""
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(a.seed)
