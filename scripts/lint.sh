@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Format and lint checks (CI runs them through scripts/test.sh):
 #   clang-format --dry-run --Werror over the C++/CUDA sources (include src tests examples torch_ext: *.h *.cpp
-#   *.cu *.cuh; style in .clang-format), ruff check and ruff format --check over every Python file (python/,
-#   tests/python, benchmarks, examples, ...; settings in pyproject.toml).
+#   *.cu *.cuh; style in .clang-format), ruff check and ruff format --check over the Python files in python/,
+#   tests, benchmarks and examples (settings in pyproject.toml).
 #
 #   scripts/lint.sh           check; exit 1 on any finding
 #   scripts/lint.sh --fix     rewrite the files in place (clang-format -i, ruff format, ruff check --fix)
@@ -29,11 +29,12 @@ command -v "$CLANG_FORMAT" >/dev/null || { echo "lint: clang-format not found (s
 
 CXX_DIRS=(include src tests examples torch_ext)
 PY_DIRS=(python tests benchmarks examples)
-# The files git knows (tracked, or new and not ignored), so build trees and venvs are never linted.
+# The project's own files: those git knows (tracked, or new and not ignored) in the project's folders, so build
+# trees and virtual environments (ignored, and outside these folders wherever a user makes them) are never linted.
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   exists() { while read -r f; do [ -f "$f" ] && echo "$f"; done; }
   mapfile -t cxx < <(git ls-files -co --exclude-standard -- "${CXX_DIRS[@]}" | grep -E '\.(h|cpp|cu|cuh)$' | exists)
-  mapfile -t py < <(git ls-files -co --exclude-standard -- '*.py' | exists)
+  mapfile -t py < <(git ls-files -co --exclude-standard -- "${PY_DIRS[@]}" | grep -E '\.py$' | exists)
 else
   mapfile -t cxx < <(find "${CXX_DIRS[@]}" -type f \( -name '*.h' -o -name '*.cpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
   mapfile -t py < <(find "${PY_DIRS[@]}" -type f -name '*.py' | sort)

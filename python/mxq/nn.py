@@ -46,7 +46,6 @@ from __future__ import annotations
 import fnmatch
 import inspect
 from collections import Counter
-from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -252,30 +251,28 @@ def to_mxfp8(m: tnn.Module, style: str, config: MXFP8Config, attrs: dict) -> typ
     return new
 
 
-def _patterns(owner: str, name: str, value) -> list[str] | None:
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, Iterable):
-        out = list(value)
-        if all(isinstance(p, str) for p in out):
-            return out
-    raise ValueError(f"{owner}: {name} must be None, a pattern string or a list of them, got {value!r}")
+def check_patterns(owner: str, name: str, value) -> list[str] | None:
+    """``value`` as a list of fnmatch patterns: None stays None, one string is one pattern (never its characters), a
+    list or tuple of strings is itself; anything else is a TypeError naming ``owner`` and the field ``name``."""
+    if value is None or isinstance(value, str):
+        return value if value is None else [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(p, str) for p in value):
+        return list(value)
+    raise TypeError(f"{owner}: {name} must be a pattern string or a list of them, got {value!r}")
 
 
 def convert(model: tnn.Module, *, config: MXFP8Config | None = None, include=None, exclude=None) -> ConversionSummary:
     """Converts ``model``'s linears and expert modules to MXFP8 in place with the recipe ``config`` (default:
     ``mxq.MXFP8Config()``) and returns the summary (module docstring). ``include`` / ``exclude``: an fnmatch pattern
     or a list of them, matched against fully qualified module names (the root module is ""). Raises TypeError for a
-    model that is not a Module or a config that is not a MXFP8Config, ValueError for bad patterns; a module that
+    model that is not a Module, a config that is not a MXFP8Config or patterns that are not strings; a module that
     cannot be converted is skipped with its reason, not an error."""
     owner = "mxq.nn.convert"
     if not isinstance(model, tnn.Module):
         raise TypeError(f"{owner}: model must be a torch.nn.Module, got {type(model).__name__}")
     config = check_config(owner, config)
-    inc = _patterns(owner, "include", include)
-    exc = _patterns(owner, "exclude", exclude)
+    inc = check_patterns(owner, "include", include)
+    exc = check_patterns(owner, "exclude", exclude)
 
     summary = ConversionSummary([], [], [])
     for name, m in model.named_modules():  # each module once, under its first name

@@ -51,12 +51,15 @@ void quantize_routed(const QuantizeRoutedParams& p) {
   std::vector<int64_t> counts(static_cast<size_t>(E > 0 ? E : 0));
   detail::with_op("mxq::ref::quantize_routed", [&] {
     detail::validate(p);
+    for (int64_t e = 0; e < E; ++e) {  // every entry first, so a negative one is named as such
+      counts[static_cast<size_t>(e)] = read_int(p.counts, p.counts_type, e);
+      MXQ_CHECK(counts[static_cast<size_t>(e)] >= 0, "counts[", e, "]=", counts[static_cast<size_t>(e)],
+                " is negative");
+    }
     int64_t sum = 0;
     for (int64_t e = 0; e < E; ++e) {
-      const int64_t c = read_int(p.counts, p.counts_type, e);
-      MXQ_CHECK(c >= 0, "counts[", e, "]=", c, " is negative");
+      const int64_t c = counts[static_cast<size_t>(e)];
       MXQ_CHECK(c <= p.N - sum, "counts must sum to N=", p.N, ", got more by counts[", e, "]");
-      counts[static_cast<size_t>(e)] = c;
       sum += c;
     }
     MXQ_CHECK(sum == p.N, "counts must sum to N=", p.N, ", got ", sum);

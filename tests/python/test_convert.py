@@ -201,8 +201,21 @@ def test_bad_arguments():
         mxq.nn.convert("model")
     with pytest.raises(TypeError, match="^mxq.nn.convert: config must be a mxq.MXFP8Config or None, got dict$"):
         mxq.nn.convert(nn.Sequential(), config={"weight_scaling": "32x32"})
-    with pytest.raises(ValueError, match="include must be None, a pattern string or a list of them"):
-        mxq.nn.convert(nn.Sequential(), include=3)
+    for field in ("include", "exclude"):
+        for bad in (3, [3], ["a", None], {"a"}, b"head"):
+            with pytest.raises(TypeError, match=f"^mxq.nn.convert: {field} must be a pattern string or a list of them"):
+                mxq.nn.convert(nn.Sequential(), **{field: bad})
+
+
+def test_a_pattern_string_is_one_pattern():
+    """A string is one pattern, never a sequence of one-character patterns (which would match nothing with include,
+    and everything with exclude through '*')."""
+    summary = mxq.nn.convert(_Net(), include="head")
+    assert _names(summary.converted) == ["head"]
+    assert {s.name: s.reason for s in summary.skipped}["proj"] == "not matched by include ['head']"
+    summary = mxq.nn.convert(_Net(), exclude="*.experts")
+    assert "block.experts" not in _names(summary.converted) and "head" in _names(summary.converted)
+    assert _names(mxq.nn.convert(_Net(), include=("head", "proj")).converted) == ["proj", "head"]
 
 
 def test_expert_interface_checks():

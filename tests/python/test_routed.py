@@ -236,6 +236,8 @@ def _args(device="cpu"):
         (lambda x, i, c: (x, i.clone().fill_(10), c, {}), ValueError, r"index\[0\]=10 is outside \[0, T\) for T=10"),
         (lambda x, i, c: (x, i, c + 1, {}), ValueError, "counts must sum to N=40"),
         (lambda x, i, c: (x, i, torch.cat([c[:1] - 100, c[1:]]), {}), ValueError, r"counts\[0\]=-\d+ is negative"),
+        # A later negative entry whose predecessor overshoots N is still named as negative (it was "got more by").
+        (lambda x, i, c: (x, i, torch.cat([c[:-1] + 100, c[-1:] * 0 - 1]), {}), ValueError, r"counts\[\d+\]=-1 is negative"),
     ],
 )
 def test_errors(change, exc, match):

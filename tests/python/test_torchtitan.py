@@ -17,10 +17,8 @@ from mxq import MXFP8Config
 from test_linear import sqnr
 
 titan = pytest.importorskip(
-    "mxq.integrations.torchtitan", reason="this torchtitan has no model-config converters (torchtitan >= 0.3)"
+    "mxq.integrations.torchtitan", reason="this torchtitan is not 0.3.x (the version mxq.integrations.torchtitan takes)"
 )
-if not hasattr(titan.MXQConverter.Config, "model_compile_enabled"):
-    pytest.skip("torchtitan < 0.3: the device's training run covers 0.2", allow_module_level=True)
 
 from mxq.dispatch import fused_op_available
 from torchtitan.models import deepseek_v3, llama3, qwen3
@@ -91,14 +89,48 @@ def test_converter_in_the_model_registry(name):
     )
 
 
+CONFIG = "^mxq.integrations.torchtitan.MXQConverter.Config: "
+
+
 def test_converter_rejects_a_bad_recipe_before_any_build(monkeypatch):
-    with pytest.raises(ValueError, match='^mxq.MXFP8Config.recipe: name must be "mxfp8_rceil", "mxfp8_floor" or'):
+    with pytest.raises(ValueError, match=CONFIG + 'recipe must be "mxfp8_rceil", "mxfp8_floor" or'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(recipe="fp8")])
-    with pytest.raises(ValueError, match='^mxq.TokenDispatcher: routed_quantization must be "fused" or "unfused"'):
+    with pytest.raises(ValueError, match=CONFIG + 'routed_quantization must be "fused" or "unfused", got "x"'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(routed_quantization="x")])
     monkeypatch.setattr(mxq.dispatch, "fused_op_available", lambda: False)  # a build without the fused op
     with pytest.raises(RuntimeError, match='^mxq.TokenDispatcher: routed_quantization="fused" needs the op'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config()])
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("include", 5, "include must be a pattern string or a list of them, got 5"),
+        ("exclude", 5, "exclude must be a pattern string or a list of them, got 5"),
+        ("exclude", ["*gate", 5], r"exclude must be a pattern string or a list of them, got \['\*gate', 5\]"),
+        ("token_dispatcher", "no", "token_dispatcher must be a bool, got str"),
+        ("token_dispatcher", 1, "token_dispatcher must be a bool, got int"),
+        ("model_compile_enabled", "yes", "model_compile_enabled must be a bool, got str"),
+        ("recipe", 3, "recipe must be a str, got int"),
+        ("routed_quantization", None, "routed_quantization must be a str, got NoneType"),
+    ],
+)
+def test_converter_config_fields_are_checked_when_made(field, value, message):
+    with pytest.raises(TypeError, match=CONFIG + message):
+        titan.MXQConverter.Config(**{field: value})
+
+
+def test_converter_config_takes_one_pattern_as_a_string():
+    """A string is one pattern (it used to be iterated as characters: include="lm_head" converted nothing,
+    exclude="*router.gate" everything away through '*')."""
+    config = titan.MXQConverter.Config(include="layers.1.*", exclude="*router.gate")
+    assert config.include == ["layers.1.*"] and config.exclude == ["*router.gate"]
+    _build("deepseek_v3", converters=[titan.MXQConverter.Config(include="layers.1.*", routed_quantization=ROUTED)])
+    converted = [c.name for c in titan.last_summary.converted]
+    assert converted and all(n.startswith("layers.1.") for n in converted), converted
+    skipped = {s.name: s.reason for s in titan.last_summary.skipped}
+    assert skipped["layers.1.moe.router.gate"] == "excluded by pattern '*router.gate'"
+    assert skipped["layers.2.attention.wkv_a"] == "not matched by include ['layers.1.*']"
 
 
 def test_dispatcher_not_swapped_without_converted_experts():

@@ -1,20 +1,17 @@
 """TorchTitan's model converter for mxq: its models train in MXFP8 after one line of config (docs/training.md,
 "With TorchTitan").
 
-Importing this module imports torchtitan and offers the converter in the form that TorchTitan release has:
+Importing this module imports torchtitan (0.3.x: model-config converters). ``MXQConverter`` is a
+``QuantizationConverter`` with a ``Config`` dataclass and ``convert(model_config)``; put ``MXQConverter.Config()`` in a
+model registry's ``converters`` list::
 
-- **torchtitan ≥ 0.3** (model-config converters): ``MXQConverter`` is a ``QuantizationConverter`` with a ``Config``
-  dataclass and ``convert(model_config)``; put ``MXQConverter.Config()`` in a model registry's ``converters`` list::
+    from mxq.integrations.torchtitan import MXQConverter
+    spec = deepseek_v3.model_registry("debugmodel", converters=[MXQConverter.Config()])
 
-      from mxq.integrations.torchtitan import MXQConverter
-      spec = deepseek_v3.model_registry("debugmodel", converters=[MXQConverter.Config()])
-
-  It wraps the root model config, so that building the model converts it in place with :func:`mxq.nn.convert`;
-  ``MXQConverter.Config(recipe=..., include=[...], exclude=[...])`` picks the recipe and the modules.
-- **torchtitan 0.2** (registered module converters): ``MXQConverter(job_config, parallel_dims)`` with
-  ``convert(model)``, registered under the name ``"mxq"``: ``--experimental.custom_import
-  mxq.integrations.torchtitan --model.converters mxq`` (or the same two keys in a TOML job config). It uses the
-  defaults of ``MXQConverter.Config``.
+It wraps the root model config, so that building the model converts it in place with :func:`mxq.nn.convert`;
+``MXQConverter.Config(recipe=..., include=[...], exclude=[...])`` picks the recipe and the modules. Every field is
+checked when the Config is made, as ``mxq.MXFP8Config``'s are: ``include`` / ``exclude`` take one fnmatch pattern or a
+list of them, the flags take bools, the names take one of their choices.
 
 What is converted: every ``Linear`` that keeps nn.Linear's forward and every expert module (the ``_grouped_mm`` seam,
 3-D ``w1``/``w2``/``w3``, or mxq's marker) whose GEMM dimensions are multiples of 32, except the router gates by
@@ -23,7 +20,7 @@ device, so TorchTitan's local token dispatcher works unchanged. Below SM100 the 
 mxq's kernels + a bf16 GEMM), on SM100+ they are ``torch._scaled_mm`` / ``torch._scaled_grouped_mm``; the recipe's
 ``gemm`` field can force either. The conversion summary of the last model converted is ``last_summary`` (and logged).
 
-**The token dispatcher** (torchtitan ≥ 0.3, ``token_dispatcher=True``, the default): a ``RoutedExperts`` block (its
+**The token dispatcher** (``token_dispatcher=True``, the default): a ``RoutedExperts`` block (its
 own forward, TorchTitan's SwiGLU ``GroupedExperts`` forward, converted by the seam) whose dispatcher is local —
 ``LocalTokenDispatcher``, or ``AllToAllTokenDispatcher``, which dispatches locally without an expert-parallel mesh —
 gets :class:`mxq.TokenDispatcher` instead: its class is swapped for ``MXFP8RoutedExperts`` (the same module object)
@@ -38,29 +35,21 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, fields
 
-from ..config import MXFP8Config
-from ..dispatch import TokenDispatcher
-from ..nn import ConversionSummary, Converted, Skipped, class_name, convert
+from ..config import RECIPES, MXFP8Config, check_choice
+from ..dispatch import ROUTED_QUANTIZATIONS, TokenDispatcher
+from ..nn import ConversionSummary, Converted, Skipped, check_patterns, class_name, convert
+from ..ops import check_type
 
 try:
-    import torchtitan  # noqa: F401
-except ImportError as e:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        f"mxq.integrations.torchtitan needs torchtitan (import torchtitan failed: {e}); pip install torchtitan"
-    ) from e
-
-try:  # torchtitan >= 0.3: converters transform the model config tree
     from torchtitan.components.quantization import QuantizationConverter
-    from torchtitan.protocols.model import ModelConfigConverter  # noqa: F401 (only 0.3 has it)
-except ImportError:
-    QuantizationConverter = None
-
-try:  # torchtitan >= 0.3: MoE blocks compose a token dispatcher and the inner experts
     from torchtitan.models.common.moe import GroupedExperts as TitanGroupedExperts
     from torchtitan.models.common.moe import RoutedExperts
     from torchtitan.models.common.token_dispatcher import AllToAllTokenDispatcher, LocalTokenDispatcher
-except ImportError:
-    RoutedExperts = None
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f"mxq.integrations.torchtitan needs torchtitan 0.3.x ({e}); pip install torchtitan==0.3.0 "
+        "(docs/training.md, \"With TorchTitan\", says which versions run where)"
+    ) from e
 
 logger = logging.getLogger(__name__)
 last_summary: ConversionSummary | None = None
@@ -69,23 +58,9 @@ last_summary: ConversionSummary | None = None
 DEFAULT_EXCLUDE = ("*router.gate",)
 
 
-@dataclass(kw_only=True)
-class Settings:
-    """What the converter does: the named recipe (``mxq.config.RECIPES``) and fnmatch patterns over module names
-    (``include`` empty: every candidate)."""
-
-    recipe: str = "mxfp8_rceil"
-    include: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
-    token_dispatcher: bool = True
-    routed_quantization: str = "fused"
-
-    def mxfp8_config(self) -> MXFP8Config:
-        return MXFP8Config.recipe(self.recipe)
-
-
-def convert_model(model, settings: Settings, config: MXFP8Config) -> ConversionSummary:
-    """Converts a built TorchTitan model in place and records, logs and returns the summary."""
+def convert_model(model, settings, config: MXFP8Config) -> ConversionSummary:
+    """Converts a built TorchTitan model in place with ``settings`` (an ``MXQConverter.Config``) and records, logs
+    and returns the summary."""
     global last_summary
     last_summary = convert(model, config=config, include=settings.include or None, exclude=settings.exclude)
     if settings.token_dispatcher:
@@ -143,9 +118,7 @@ def swap_token_dispatchers(
 ) -> ConversionSummary:
     """Gives each of ``model``'s TorchTitan ``RoutedExperts`` blocks whose experts mxq converted an
     :class:`mxq.TokenDispatcher` (module docstring), in place, and records each block in ``summary`` (converted, or
-    skipped with the reason). torchtitan 0.2 has no such blocks: nothing changes there."""
-    if RoutedExperts is None:
-        return summary
+    skipped with the reason)."""
     swapped = set()
     for name, m in model.named_modules():
         if not isinstance(m, RoutedExperts) or isinstance(getattr(m, "mxfp8_config", None), MXFP8Config):
@@ -169,68 +142,51 @@ def swap_token_dispatchers(
     return summary
 
 
-if QuantizationConverter is not None:
+class MXQConverter(QuantizationConverter):
+    """mxq's MXFP8 training as a TorchTitan model-config converter (module docstring)."""
 
-    class MXQConverter(QuantizationConverter):
-        """mxq's MXFP8 training as a TorchTitan model-config converter (module docstring)."""
+    @dataclass(kw_only=True, slots=True)
+    class Config(QuantizationConverter.Config):
+        recipe: str = "mxfp8_rceil"
+        """mxq's named recipe: "mxfp8_rceil" (RCEIL scales, 32x32 weight tiles), "mxfp8_floor",
+        "mxfp8_rceil_1x32"."""
+        include: list[str] = field(default_factory=list)
+        """fnmatch patterns over module names to convert: one pattern or a list (empty: every candidate)."""
+        exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
+        """fnmatch patterns over module names to leave alone: one pattern or a list (default: the router gates)."""
+        token_dispatcher: bool = True
+        """Swap the local token dispatcher of MoE blocks whose experts are converted for mxq.TokenDispatcher."""
+        routed_quantization: str = "fused"
+        """mxq.TokenDispatcher's routed quantization: "fused" (the one-pass op) or "unfused"."""
 
-        @dataclass(kw_only=True, slots=True)
-        class Config(QuantizationConverter.Config):
-            recipe: str = "mxfp8_rceil"
-            """mxq's named recipe: "mxfp8_rceil" (RCEIL scales, 32x32 weight tiles), "mxfp8_floor",
-            "mxfp8_rceil_1x32"."""
-            include: list[str] = field(default_factory=list)
-            """fnmatch patterns over module names to convert (empty: every candidate)."""
-            exclude: list[str] = field(default_factory=lambda: list(DEFAULT_EXCLUDE))
-            """fnmatch patterns over module names to leave alone (default: the router gates)."""
-            token_dispatcher: bool = True
-            """Swap the local token dispatcher of MoE blocks whose experts are converted for mxq.TokenDispatcher."""
-            routed_quantization: str = "fused"
-            """mxq.TokenDispatcher's routed quantization: "fused" (the one-pass op) or "unfused"."""
+        def __post_init__(self) -> None:
+            """Checks every field once, as mxq.MXFP8Config does: a wrong type is a TypeError, a wrong name a
+            ValueError, each naming the field; a single pattern string becomes a one-element list."""
+            owner = "mxq.integrations.torchtitan.MXQConverter.Config"
+            self.include = check_patterns(owner, "include", self.include)
+            self.exclude = check_patterns(owner, "exclude", self.exclude)
+            check_type(owner, "token_dispatcher", self.token_dispatcher, bool)
+            check_type(owner, "model_compile_enabled", self.model_compile_enabled, bool)
+            check_choice(owner, "recipe", self.recipe, tuple(RECIPES))
+            check_choice(owner, "routed_quantization", self.routed_quantization, ROUTED_QUANTIZATIONS)
 
-        def __init__(self, config: Config, **kwargs):
-            self.settings = Settings(
-                recipe=config.recipe,
-                include=list(config.include),
-                exclude=list(config.exclude),
-                token_dispatcher=config.token_dispatcher,
-                routed_quantization=config.routed_quantization,
-            )
-            self.mxfp8_config = self.settings.mxfp8_config()  # a bad recipe name fails here, before any build
-            if self.settings.token_dispatcher:  # so does a routed quantization this build lacks
-                TokenDispatcher(1, config=self.mxfp8_config, routed_quantization=self.settings.routed_quantization)
+    def __init__(self, config: Config, **kwargs):
+        self.settings = config
+        self.mxfp8_config = MXFP8Config.recipe(config.recipe)
+        if config.token_dispatcher:  # a routed quantization this build lacks fails here, before any build
+            TokenDispatcher(1, config=self.mxfp8_config, routed_quantization=config.routed_quantization)
 
-        def convert(self, model_config):
-            """The model config, wrapped so that ``build()`` converts the model it builds."""
-            base = type(model_config)
-            settings, mxfp8_config = self.settings, self.mxfp8_config
+    def convert(self, model_config):
+        """The model config, wrapped so that ``build()`` converts the model it builds."""
+        base = type(model_config)
+        settings, mxfp8_config = self.settings, self.mxfp8_config
 
-            class MXQConfig(base):  # the pattern of TorchTitan's own frozen-config subclasses (components/lora.py)
-                def build(self, **kwargs):
-                    model = base.build(self, **kwargs)
-                    convert_model(model, settings, mxfp8_config)
-                    return model
+        class MXQConfig(base):  # the pattern of TorchTitan's own frozen-config subclasses (components/lora.py)
+            def build(self, **kwargs):
+                model = base.build(self, **kwargs)
+                convert_model(model, settings, mxfp8_config)
+                return model
 
-            MXQConfig.__name__ = f"MXQ{base.__name__}"
-            MXQConfig.__qualname__ = f"MXQ{base.__qualname__}"
-            return MXQConfig(**{f.name: getattr(model_config, f.name) for f in fields(model_config) if f.init})
-
-else:
-    from torchtitan.protocols.model_converter import register_model_converter
-
-    class MXQConverter:
-        """mxq's MXFP8 training as a TorchTitan 0.2 model converter, registered as ``"mxq"`` (module docstring)."""
-
-        Config = Settings
-
-        def __init__(self, job_config=None, parallel_dims=None):
-            self.settings = Settings()
-            self.mxfp8_config = self.settings.mxfp8_config()
-
-        def convert(self, model) -> None:
-            convert_model(model, self.settings, self.mxfp8_config)
-
-        def post_optimizer_hook(self, model) -> None:
-            return None
-
-    register_model_converter(MXQConverter, "mxq")
+        MXQConfig.__name__ = f"MXQ{base.__name__}"
+        MXQConfig.__qualname__ = f"MXQ{base.__qualname__}"
+        return MXQConfig(**{f.name: getattr(model_config, f.name) for f in fields(model_config) if f.init})
