@@ -17,9 +17,8 @@ import sys
 import mxq
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES
+from helpers import DEVICES, assert_outputs_equal, sqnr
 from mxq import GroupedExperts, MXFP8Config, MXFP8GroupedExperts, MXFP8Linear
-from test_linear import sqnr
 from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -255,10 +254,14 @@ def _counts(sizes, device):
     return torch.tensor(sizes, dtype=torch.int64, device=device)
 
 
-def _swiglu(x, w1, w2, w3, offs, config=None):
-    """The experts' function on mxq.grouped_mm, called directly: what a converted module must equal bitwise."""
-    mm = mxq.grouped_mm
-    return mm(F.silu(mm(x, w1, offs, config=config)) * mm(x, w3, offs, config=config), w2, offs, config=config)
+def _swiglu(x, w1, w2, w3, offs, config=None, bf16=False):
+    """The experts' function on mxq.grouped_mm, called directly: what a converted module must equal bitwise. With
+    ``bf16``, each GEMM gets bf16 operands and the result comes back in x's dtype, as TorchTitan's seam experts do."""
+
+    def mm(a, w):
+        return mxq.grouped_mm(a.bfloat16() if bf16 else a, w, offs, config=config)
+
+    return mm(F.silu(mm(x, w1)) * mm(x, w3), w2).type_as(x)
 
 
 def _forward_backward(fn, x, params, seed):
@@ -268,14 +271,7 @@ def _forward_backward(fn, x, params, seed):
     y = fn(x)
     dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed)).to(y)
     y.backward(dy)
-    return y.detach(), x.grad, [p.grad.clone() for p in params]
-
-
-def _assert_same(a, b):
-    ya, dxa, dwa = a
-    yb, dxb, dwb = b
-    assert torch.equal(ya, yb) and torch.equal(dxa, dxb)
-    assert all(torch.equal(u, v) for u, v in zip(dwa, dwb))
+    return (y.detach(), x.grad, *(p.grad.clone() for p in params))
 
 
 # Group sizes as a token-choice dispatcher hands them over: none a multiple of 32, an empty group.
@@ -298,8 +294,8 @@ def test_seam_experts_equal_direct_grouped_mm(device):
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     params = [e.w1_EFD, e.w2_EDF, e.w3_EFD]
     got = _forward_backward(lambda t: e(t, counts), x, params, 0)
-    want = _forward_backward(lambda t: _swiglu(t, e.w1_EFD, e.w2_EDF, e.w3_EFD, offs, config), x, params, 0)
-    _assert_same(got, want)
+    want = _forward_backward(lambda t: _swiglu(t, e.w1_EFD, e.w2_EDF, e.w3_EFD, offs, config, bf16=True), x, params, 0)
+    assert_outputs_equal(got, want, strides=False)
     assert got[0][-3:].abs().max() == 0 and got[1][-3:].abs().max() == 0  # the tail
 
 
@@ -323,7 +319,7 @@ def test_w123_experts_equal_direct_grouped_mm(device, cls, transposed):
         w1, w2, w3 = (w.transpose(-2, -1) if transposed else w for w in (e.w1, e.w2, e.w3))
         return _swiglu(t, w1, w2, w3, offs)
 
-    _assert_same(got, _forward_backward(direct, x, params, 3))
+    assert_outputs_equal(got, _forward_backward(direct, x, params, 3), strides=False)
 
 
 def test_w123_square_experts_assume_out_in():
@@ -349,7 +345,7 @@ def test_marker_experts_equal_mxfp8_grouped_experts(device):
     offs = torch.cumsum(_counts(SIZES, device), 0, dtype=torch.int32)
     got = _forward_backward(lambda t: mine(t, offs), x, [mine.w1, mine.w2, mine.w3], 4)
     want = _forward_backward(lambda t: ours(t, offs), x, [ours.w1, ours.w2, ours.w3], 4)
-    _assert_same(got, want)
+    assert_outputs_equal(got, want, strides=False)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -13,8 +13,8 @@ pytest.importorskip("torchtitan", reason="torchtitan is not installed (scripts/t
 import mxq
 import torch
 import torch.nn.functional as F
+from helpers import sqnr
 from mxq import MXFP8Config
-from test_linear import sqnr
 
 titan = pytest.importorskip(
     "mxq.integrations.torchtitan", reason="this torchtitan has no model-config converters (torchtitan >= 0.3)"
@@ -22,7 +22,6 @@ titan = pytest.importorskip(
 if not hasattr(titan.MXQConverter.Config, "model_compile_enabled"):
     pytest.skip("torchtitan < 0.3: the device's training run covers 0.2", allow_module_level=True)
 
-from mxq.dispatch import fused_op_available
 from torchtitan.models import deepseek_v3, llama3, qwen3
 from torchtitan.models.common.linear import Linear
 from torchtitan.models.common.moe import GroupedExperts, RoutedExperts
@@ -40,8 +39,7 @@ PLAIN = {"deepseek_v3": (48, 5), "qwen3_moe": (33, 0), "llama3": (31, 0)}
 # swaps the token dispatcher of every MoE block (DeepSeek-V3: 5, Qwen3-MoE: 8).
 CONVERTER = {"deepseek_v3": (53, 5), "qwen3_moe": (33, 8), "llama3": (31, 0)}
 MOE_BLOCKS = {"deepseek_v3": 5, "qwen3_moe": 8, "llama3": 0}
-# The fused routed quantization where the loaded extension has it (the converter's default), else the unfused one.
-ROUTED = "fused" if fused_op_available() else "unfused"
+ROUTED = "fused"  # the converter's default routed quantization
 
 
 def _build(name, converters=None, device="meta"):
@@ -91,14 +89,11 @@ def test_converter_in_the_model_registry(name):
     )
 
 
-def test_converter_rejects_a_bad_recipe_before_any_build(monkeypatch):
+def test_converter_rejects_a_bad_recipe_before_any_build():
     with pytest.raises(ValueError, match='^mxq.MXFP8Config.recipe: name must be "mxfp8_rceil", "mxfp8_floor" or'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(recipe="fp8")])
-    with pytest.raises(ValueError, match='^mxq.TokenDispatcher: routed_quantization must be "fused" or "unfused"'):
+    with pytest.raises(ValueError, match='^mxq.TokenDispatcher: routed_quantization must be "fused" or "composed"'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(routed_quantization="x")])
-    monkeypatch.setattr(mxq.dispatch, "fused_op_available", lambda: False)  # a build without the fused op
-    with pytest.raises(RuntimeError, match='^mxq.TokenDispatcher: routed_quantization="fused" needs the op'):
-        deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config()])
 
 
 def test_dispatcher_not_swapped_without_converted_experts():

@@ -186,7 +186,7 @@ if QuantizationConverter is not None:
             token_dispatcher: bool = True
             """Swap the local token dispatcher of MoE blocks whose experts are converted for mxq.TokenDispatcher."""
             routed_quantization: str = "fused"
-            """mxq.TokenDispatcher's routed quantization: "fused" (the one-pass op) or "unfused"."""
+            """mxq.TokenDispatcher's routed quantization: "fused" (the one-pass op) or "composed"."""
 
         def __init__(self, config: Config, **kwargs):
             self.settings = Settings(
@@ -197,7 +197,7 @@ if QuantizationConverter is not None:
                 routed_quantization=config.routed_quantization,
             )
             self.mxfp8_config = self.settings.mxfp8_config()  # a bad recipe name fails here, before any build
-            if self.settings.token_dispatcher:  # so does a routed quantization this build lacks
+            if self.settings.token_dispatcher:  # so does a routed quantization that is not a choice
                 TokenDispatcher(1, config=self.mxfp8_config, routed_quantization=self.settings.routed_quantization)
 
         def convert(self, model_config):
