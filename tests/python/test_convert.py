@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
 
+import copy
 import importlib.util
 import json
 import os
@@ -166,6 +167,52 @@ def test_convert_in_place_keeps_modules_parameters_and_classes():
     assert (
         "test_convert._Plain -> MXFP8_Plain" in text and "1 nn.Embedding, 1 nn.ModuleDict, 1 test_convert._Net" in text
     )
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["plain", "autocast"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_converted_module_returns_what_the_module_it_replaced_would(dtype, autocast):
+    """A converted Linear feeding one the converter skips (it overrides forward): the converted model runs in any
+    precision, with and without autocast, and returns the dtypes the unconverted model returns (issue 48): the
+    input's dtype without autocast, autocast's with it. Gradients reach every parameter in its own dtype."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(64, 96), _OwnForward(96, 64)).to(dtype)
+    net = copy.deepcopy(ref)
+    summary = mxq.nn.convert(net)
+    assert _names(summary.converted) == ["0"] and _names(summary.skipped) == ["1"]
+    x = torch.randn(64, 64, dtype=dtype)
+    results = []
+    for model in (ref, net):
+        xi = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            hidden = model[0](xi)
+            y = model[1](hidden)
+        y.float().square().sum().backward()
+        results.append((hidden, y, xi.grad, [p.grad for p in model.parameters()]))
+    (h_ref, y_ref, dx_ref, g_ref), (h, y, dx, g) = results
+    assert h.dtype == h_ref.dtype == (torch.bfloat16 if autocast else dtype)
+    assert y.dtype == y_ref.dtype and dx.dtype == dx_ref.dtype == dtype
+    assert [t.dtype for t in g] == [t.dtype for t in g_ref] == [dtype] * 4
+    assert sqnr(y_ref, y) >= 20 and sqnr(dx_ref, dx) >= 20
+    assert all(sqnr(a, b) >= 20 for a, b in zip(g_ref, g))
+
+
+def test_grouped_experts_and_dispatcher_return_the_input_or_autocast_dtype():
+    """mxq.grouped_mm, the bf16 reference and the token dispatcher's combined output follow the same rule."""
+    torch.manual_seed(0)
+    x, w = torch.randn(96, 64), torch.randn(4, 32, 64) / 8
+    offs = torch.tensor([32, 40, 40, 90], dtype=torch.int32)
+    scores, ids = torch.rand(96, 2), torch.randint(0, 4, (96, 2))
+    ws = [torch.randn(4, 64, 64) / 8 for _ in range(3)]
+    d = mxq.TokenDispatcher(4)
+    for dtype in (torch.float32, torch.bfloat16):
+        for autocast in (False, True):
+            want = torch.bfloat16 if autocast else dtype
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                xi = x.to(dtype)
+                assert mxq.grouped_mm(xi, w, offs).dtype == want
+                assert mxq.bf16_grouped_mm(xi, w, offs).dtype == want
+                assert d.swiglu(d.dispatch(xi, scores, ids), *ws).dtype == want
 
 
 def test_include_exclude_patterns_and_config():
