@@ -419,8 +419,8 @@ def wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path: str) -> Tensor:
 # ---- row maps: a layer's rows on the GEMM's rows ----
 
 
-class Recipe(NamedTuple):
-    """What :class:`MXGemm` takes of a layer's recipe and call, as plain strings (torch.compile traces them as
+class GemmPlan(NamedTuple):
+    """What :class:`MXGemm` takes of a layer's recipe (its MXFP8Config) and call, as plain strings (torch.compile traces them as
     constants): the row map's name (``ROW_MAPS``), the config's fields, the routed quantization and the GEMM path."""
 
     rows: str
@@ -432,8 +432,8 @@ class Recipe(NamedTuple):
     path: str
 
 
-def recipe(rows: str, config: MXFP8Config, path: str, routed_quantization: str = "fused") -> Recipe:
-    return Recipe(
+def gemm_plan(rows: str, config: MXFP8Config, path: str, routed_quantization: str = "fused") -> GemmPlan:
+    return GemmPlan(
         rows,
         config.activation_quantization_backend,
         config.x_colwise,
@@ -460,7 +460,7 @@ class RowMap:
         """(the layer's output from the GEMM's y, what :meth:`d_scores` needs later)."""
         return y, ()
 
-    def dy_operands(self, dy: Tensor, rows, scores, Mp: int, r: Recipe, need_dx: bool, need_dw: bool):
+    def dy_operands(self, dy: Tensor, rows, scores, Mp: int, r: GemmPlan, need_dx: bool, need_dw: bool):
         """dy's four operands (rowwise for dgrad, colwise for wgrad) from the layer's output gradient."""
         return dual_quantize(dy.to(torch.bfloat16).contiguous(), r.backend, r.scaling_mode, self.offs(rows))
 
@@ -550,22 +550,22 @@ ROW_MAPS = {"dense": RowMap(), "grouped": GroupedRows(), "padded": PaddedRows(),
 class MXGemm(torch.autograd.Function):
     """One MXFP8 GEMM layer, y = x · Wᵀ (per group), with its dgrad and wgrad (the module docstring's table).
 
-    apply(x, w, scores, w_operands, x_operands, rows, sizes, recipe):
+    apply(x, w, scores, w_operands, x_operands, rows, sizes, plan):
 
     - ``x`` the layer's input, bf16 contiguous (for pre-quantized input, the autograd handle of its rows);
       ``w`` the weight, bf16 contiguous, (N, K) or (G, N, K); ``scores`` the gate scores (combine) or None;
     - ``w_operands``: w's four operands from :func:`reuse_quantized_weights`, or None (quantized here);
       ``x_operands``: x's four operands quantized beforehand (the dispatcher), or None (quantized here);
     - ``rows``: the row map's index tensors; ``sizes``: (Mp, num_tokens), the GEMM's rows and the output's;
-    - ``recipe``: a :class:`Recipe`.
+    - ``plan``: a :class:`GemmPlan`.
 
     Forward quantizes x (rowwise now; colwise, or x itself, saved for wgrad) and W (rowwise now, colwise saved for
     dgrad) and runs the forward GEMM; backward quantizes dy on both axes in one call and runs dgrad and wgrad on the
     saved operands. The row map moves rows in and out and masks what the GEMMs leave unwritten."""
 
     @staticmethod
-    def forward(ctx, x, w, scores, w_operands, x_operands, rows, sizes, recipe):
-        r = recipe
+    def forward(ctx, x, w, scores, w_operands, x_operands, rows, sizes, plan):
+        r = plan
         row_map = ROW_MAPS[r.rows]
         need_dx, need_dw, need_ds = ctx.needs_input_grad[:3]
         Mp, num_tokens = sizes
@@ -586,12 +586,12 @@ class MXGemm(torch.autograd.Function):
         groups = {"rows": rows, "scores": scores_saved, "out": out_saved if need_ds else (), "x": x_saved, "w": w_saved}
         ctx.save_for_backward(*(t for group in groups.values() for t in group))
         ctx.group_sizes = {name: len(group) for name, group in groups.items()}
-        ctx.recipe, ctx.Mp = r, Mp
+        ctx.plan, ctx.Mp = r, Mp
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        r, Mp = ctx.recipe, ctx.Mp
+        r, Mp = ctx.plan, ctx.Mp
         row_map = ROW_MAPS[r.rows]
         need_dx, need_dw, need_ds = ctx.needs_input_grad[:3]
         saved, start = {}, 0

@@ -58,11 +58,11 @@ from ._gemm import (
     ROUTED_QUANTIZATIONS,
     MXGemm,
     check_float_tensor,
+    gemm_plan,
     grouped_gemm_path,
     layer_weight_operands,
     output_dtype,
     quantize_routed_composed,
-    recipe,
     routed_operands,
     use_native_gemm,
 )
@@ -238,10 +238,10 @@ class TokenDispatcher:
 
     # ---- expert GEMMs on the padded rows ----
 
-    def _recipe(self, owner: str, rows: str, routed: RoutedTokens):
+    def _plan(self, owner: str, rows: str, routed: RoutedTokens):
         device = routed.x.device
         path = grouped_gemm_path(device, use_native_gemm(owner, self.config, device))
-        return recipe(rows, self.config, path, self.routed_quantization)
+        return gemm_plan(rows, self.config, path, self.routed_quantization)
 
     def _weight(self, owner: str, w: Tensor, K: int, name: str = "w"):
         """(w in bf16, its operands from reuse_quantized_weights or None), after checking w (E, N, K)."""
@@ -268,7 +268,7 @@ class TokenDispatcher:
         x_operands = (routed.q_row, routed.s_row, routed.q_col, routed.s_col)
         Mp = routed.valid.shape[0]
         rows = (routed.offs_p, routed.valid)
-        how = self._recipe(owner, "padded", routed)
+        how = self._plan(owner, "padded", routed)
         return MXGemm.apply(routed.x, w_bf16, None, w_operands, x_operands, rows, (Mp, Mp), how)
 
     def combine_mm(self, routed: RoutedTokens, h: Tensor, w: Tensor) -> Tensor:
@@ -282,7 +282,7 @@ class TokenDispatcher:
             raise ValueError(f"{owner}: h's width must be a multiple of {BLOCK}, got {h.shape[1]}")
         rows = (routed.offs_p, routed.valid, routed.dest, routed.index, routed.counts)
         sizes = (routed.valid.shape[0], routed.num_tokens)
-        how = self._recipe(owner, "combine", routed)
+        how = self._plan(owner, "combine", routed)
         h_bf16 = h.to(torch.bfloat16).contiguous()
         out = MXGemm.apply(h_bf16, w_bf16, routed.scores, w_operands, None, rows, sizes, how)
         return out.to(routed.dtype)

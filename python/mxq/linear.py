@@ -52,10 +52,10 @@ from ._gemm import (
     check_float_tensor,
     check_multiple_of_32,
     dense_gemm_path,
+    gemm_plan,
     layer_weight_operands,
     native_mx_gemm,
     output_dtype,
-    recipe,
     reuse_quantized_weights,
     use_native_gemm,
 )
@@ -102,7 +102,7 @@ def mxfp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, confi
     x2 = x.reshape(M, K).to(torch.bfloat16).contiguous()
     w = weight.to(torch.bfloat16).contiguous()
     w_operands = layer_weight_operands(weight, w, config.scaling_mode, config.weight_scaling)
-    y = MXGemm.apply(x2, w, None, w_operands, None, (), (M, M), recipe("dense", config, path))
+    y = MXGemm.apply(x2, w, None, w_operands, None, (), (M, M), gemm_plan("dense", config, path))
     y = y.to(output_dtype(x))
     if bias is not None:
         y = y + bias.to(y.dtype)

@@ -58,12 +58,12 @@ from ._gemm import (
     MXGemm,
     check_float_tensor,
     check_multiple_of_32,
+    gemm_plan,
     grouped_gemm_path,
     layer_weight_operands,
     output_dtype,
     pad_rows,
     padded_row_space,
-    recipe,
     use_native_gemm,
     zero_empty_groups,
     zero_tail,
@@ -175,7 +175,7 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None
         None,
         (offs_p, dest),
         (Mp, M),
-        recipe("grouped", config, path),
+        gemm_plan("grouped", config, path),
     )
     return y.to(output_dtype(x))
 
