@@ -367,7 +367,7 @@ def main(argv=None) -> int:
     print(f"config: {dataclasses.asdict(cfg)}")
     print(
         f"MXFP8 GEMMs on this device: linear {'native' if mxq.linear.native_mx_gemm(device) else 'emulated'}, "
-        f"grouped {mxq.moe.grouped_gemm_path(device)}; routed quantization {routed}"
+        f"grouped {mxq.moe.grouped_gemm_path(device, mxq.linear.native_mx_gemm(device))}; routed quantization {routed}"
     )
     data = make_batches(cfg, args.steps, args.seed)
     chance, floor = math.log(cfg.vocab), language_entropy(cfg, args.seed)

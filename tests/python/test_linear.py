@@ -265,6 +265,7 @@ def test_argument_type_bias_device_and_capability_errors():
 @pytest.mark.parametrize(
     "option, value",
     [
+        ("format", "fp8_blockwise"),
         ("weight_scaling", "16x16"),
         ("activation_quantization_backend", "triton"),
         ("x_colwise", "fp8"),
@@ -283,6 +284,7 @@ def test_config_option_errors(option, value):
 
 def test_config_recipes():
     assert MXFP8Config.recipe("mxfp8_rceil") == MXFP8Config()
+    assert all(r.format == "mxfp8" for r in mxq.config.RECIPES.values())  # the format is a field of every recipe
     assert MXFP8Config() == MXFP8Config("32x32", "fused", "high_precision", "rceil", "auto")
     assert MXFP8Config.recipe("mxfp8_floor").scaling_mode == "floor"
     assert MXFP8Config.recipe("mxfp8_rceil_1x32", gemm="emulated") == MXFP8Config(
