@@ -394,9 +394,9 @@ def routed_op(op: str, x, ws: RoutedWorkspace, E: int, scaled: bool = False):
         return torchao_pipeline()[0](x, ws.index, ws.counts, E)
     scale = ws.scale if scaled or op == "routed_scaled" else None
     if op == "routed_unfused":
-        from mxq.dispatch import quantize_routed_unfused  # gather, pad (index_copy_ at dest), mxq.quantize(offs_p)
+        from mxq.dispatch import quantize_routed_composed  # gather, pad (index_copy_ at dest), mxq.quantize(offs_p)
 
-        return tuple(quantize_routed_unfused(x, ws.index, ws.counts, scale=scale))
+        return tuple(quantize_routed_composed(x, ws.index, ws.counts, scale=scale))
     return torch.ops.mxq.quantize_routed.default(x, ws.index, ws.counts, scale, "rceil", True, True)
 
 
@@ -1070,7 +1070,7 @@ HOST_LEAD_CYCLES = 20_000_000  # a spin kernel queued before each step (~10 ms):
 
 
 def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> list[dict]:
-    """One shape and routing: TokenDispatcher fused vs unfused, the layer forward (dispatch, w1 and w3 grouped GEMMs
+    """One shape and routing: TokenDispatcher fused vs composed, the layer forward (dispatch, w1 and w3 grouped GEMMs
     with SwiGLU, combine_mm) and its backward, eager; CUDA events on the stream between the stages, issued while a
     spin kernel holds the GPU (the stages are GPU time, not the host's), the two dispatchers alternating step by
     step; per stage the median over --rounds steps after 3 warm-up steps. The routed quantizations (dispatch's of x,
@@ -1086,7 +1086,7 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
         for s in ((H, D), (D, H), (H, D))
     )
     dout = random_input(T, D, "bf16", a.seed + 1)
-    runs = {how: mxq.TokenDispatcher(E, routed_quantization=how) for how in ("fused", "unfused")}
+    runs = {how: mxq.TokenDispatcher(E, routed_quantization=how) for how in ("fused", "composed")}
     samples, results = {how: [] for how in runs}, {}
     for step in range(3 + a.rounds):
         for how, d in runs.items():
@@ -1108,12 +1108,12 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
                 samples[how].append([ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(len(STAGES))])
             if step == 0:  # the first step's results of both: bitwise equal?
                 results[how] = [y.detach(), x.grad, scores.grad, w1.grad, w2.grad, w3.grad]
-    same = all(torch.equal(p, q) for p, q in zip(results["fused"], results["unfused"]))
+    same = all(torch.equal(p, q) for p, q in zip(results["fused"], results["composed"]))
     index, counts = route(ids.cpu(), E)
     index, counts, scale = index.cuda(), counts.cuda(), scores.detach().reshape(-1)[index.cuda()].float()
-    path = runs["fused"]._path("bench.py", routed)
+    path = mxq.moe.grouped_gemm_path(x.device, mxq.linear.native_mx_gemm(x.device))  # the default recipe's
     rows = []
-    for how, fn in (("fused", mxq.quantize_routed), ("unfused", mxq.dispatch.quantize_routed_unfused)):
+    for how, fn in (("fused", mxq.quantize_routed), ("composed", mxq.dispatch.quantize_routed_composed)):
         stages = {s: round(statistics.median(v[i] for v in samples[how]), 2) for i, s in enumerate(STAGES)}
         alone = {
             "quantize_x": lambda fn=fn: fn(x.detach(), index, counts),
@@ -1165,7 +1165,7 @@ def parse_args(argv: list[str] | None):
     add("--seed", type=int, default=1, help="inputs and group offsets (default 1)")
     add("--no-verify", dest="verify", action="store_false", help="skip the checks against the CPU reference")
     add("--eager", action="store_true", help="time a call from Python without CUDA graphs instead")
-    add("--moe-step", action="store_true", help="time an MoE layer step by stage, fused vs unfused dispatch instead")
+    add("--moe-step", action="store_true", help="time an MoE layer step by stage, fused vs composed dispatch instead")
     add("--json", help="results file (default benchmarks/results/<gpu>_<date>.json; - for none)")
     add("--plot", type=Path, help="also draw the results there (benchmarks/plot.py; needs matplotlib)")
     a = ap.parse_args(argv)

@@ -23,7 +23,7 @@ towards the chain's entropy. Both runs see the same batches in the same order an
 Run 1: the model as built (bf16 autocast, fp32 master weights). Run 2: the same model after ``mxq.nn.convert``:
 every nn.Linear with 32-multiple dims becomes MXFP8Linear and the experts MXFP8GroupedExperts (32x32 weight tiles,
 fused activation casts, RCEIL), dispatched by mxq.TokenDispatcher (``--routed-quantization``: the fused one-pass op,
-or the unfused gather + pad + quantize; "auto" takes the fused op where the build has it and says which it took); the
+or the composed gather + pad + quantize); the
 router (out_features = expert count) is skipped, as the summary shows. Below
 SM100 (e.g. an H200) the MXFP8 GEMMs are emulated (mxq dequantizes the MXFP8 operands and runs bf16 GEMMs), so the
 run measures MXFP8 numerics, not MXFP8 speed.
@@ -321,10 +321,9 @@ def main(argv=None) -> int:
     p.add_argument("--tiny", action="store_true", help="a tiny config (the CPU smoke test)")
     p.add_argument(
         "--routed-quantization",
-        choices=("auto", *mxq.dispatch.ROUTED_QUANTIZATIONS),
-        default="auto",
-        help="mxq.TokenDispatcher's routed quantization: fused (one pass), unfused (gather + pad + quantize), or auto "
-        "(fused where this build has the op; the choice is printed)",
+        choices=mxq.dispatch.ROUTED_QUANTIZATIONS,
+        default="fused",
+        help="mxq.TokenDispatcher's routed quantization: fused (one pass) or composed (gather + pad + quantize)",
     )
     args = p.parse_args(argv)
     if args.steps < 1:
@@ -349,12 +348,6 @@ def main(argv=None) -> int:
         p.error(f"--out-dir {args.out_dir!r} is not a writable directory: {e.strerror}")
     cfg = TINY if args.tiny else Config()
     routed = args.routed_quantization
-    if routed == "auto":
-        routed = "fused" if mxq.dispatch.fused_op_available() else "unfused"
-        if routed == "unfused":
-            print(
-                "note: this mxq build has no mxq::quantize_routed; the dispatcher uses the unfused routed quantization"
-            )
     MoEFFN.routed_quantization = routed
     if device.type == "cpu" and not args.tiny:
         print(
@@ -374,7 +367,7 @@ def main(argv=None) -> int:
     print(f"config: {dataclasses.asdict(cfg)}")
     print(
         f"MXFP8 GEMMs on this device: linear {'native' if mxq.linear.native_mx_gemm(device) else 'emulated'}, "
-        f"grouped {mxq.moe.grouped_gemm_path(device)}; routed quantization {routed}"
+        f"grouped {mxq.moe.grouped_gemm_path(device, mxq.linear.native_mx_gemm(device))}; routed quantization {routed}"
     )
     data = make_batches(cfg, args.steps, args.seed)
     chance, floor = math.log(cfg.vocab), language_entropy(cfg, args.seed)

@@ -7,7 +7,7 @@ and Meta impls; see torch_ext/ops.cpp). The typed Python API:
     mxq.dequantize(q, scales, offs=None, *, layout="blocked")   # also dequantize_rowwise / dequantize_colwise
     mxq.validate_offs(offs, M)
     mxq.quantize_weight(w, *, scaling_mode="rceil", weight_scaling="32x32", rowwise=True, colwise=True)
-    mxq.MXFP8Config(...)                      # the training recipe; mxq.MXFP8Config.recipe("mxfp8_rceil")
+    mxq.MXFP8Config(...)                      # the training recipe (format="mxfp8"); MXFP8Config.recipe("mxfp8_rceil")
     mxq.MXFP8Linear(..., config=None)         # mxq.linear; mxq.mxfp8_linear(x, weight, bias, config=None)
     mxq.grouped_mm(x, w, offs, config=None)   # mxq.moe: MXFP8 grouped GEMM (MoE experts, groups of any size)
     mxq.MXFP8GroupedExperts(...)              # mxq.moe; mxq.GroupedExperts is the bf16 reference module

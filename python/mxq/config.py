@@ -1,22 +1,26 @@
-"""MXFP8Config: the one recipe object of mxq's training layers (docs/training.md, "The recipe").
+"""MXFP8Config: the one recipe object of mxq's training layers (docs/training.md, "The recipe"), for every block format.
 
-    cfg = mxq.MXFP8Config()                              # the default recipe, "mxfp8_rceil"
+    cfg = mxq.MXFP8Config()                              # the default recipe, "mxfp8_rceil" (format "mxfp8")
     cfg = mxq.MXFP8Config.recipe("mxfp8_floor")          # a named recipe
     cfg = mxq.MXFP8Config(weight_scaling="1x32")         # any field changed; checked here, once
     mxq.MXFP8Linear(1024, 2048, config=cfg); mxq.grouped_mm(x, w, offs, config=cfg); mxq.nn.convert(model, config=cfg)
 
-Every field is checked when the object is made (frozen afterwards), so the layers and GEMM entry points that take
+The recipe names its block format (``format``): "mxfp8" (e4m3 data, E8M0 scales per 32-element block) is the only
+one implemented; the next (FP8 blockwise: 1x128 blocks, fp32 scales) becomes another value of that field, and so
+another instance of this class, not a second config class. Every field is checked when the object is made (frozen afterwards), so the layers and GEMM entry points that take
 it check nothing per call. Each op call still passes ``scaling_mode`` explicitly: nothing depends on an op's default.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 from .ops import check_type
 
 # The choices of each field, first the default.
 CHOICES = {
+    # the block format: "mxfp8" = e4m3 data, E8M0 scales, 32-element blocks (docs/numerics.md)
+    "format": ("mxfp8",),
     # the weight policy: one scale per 32x32 tile (one e4m3 byte set serves forward and dgrad), or 1x32 blocks on
     # each axis like an activation
     "weight_scaling": ("32x32", "1x32"),
@@ -35,10 +39,11 @@ CHOICES = {
 
 @dataclass(frozen=True)
 class MXFP8Config:
-    """The MXFP8 training recipe: how each GEMM operand is quantized and where the GEMMs run. Fields and their
-    choices (the first is the default) are ``CHOICES``; a value outside them is a ValueError, a value that is not
-    a str a TypeError, both raised here."""
+    """The training recipe: the block format, how each GEMM operand is quantized and where the GEMMs run. Fields and
+    their choices (the first is the default) are ``CHOICES``; a value outside them is a ValueError, a value that is
+    not a str a TypeError, both raised here. ``format`` is keyword-only (the other fields keep their positions)."""
 
+    format: str = field(default="mxfp8", kw_only=True)
     weight_scaling: str = "32x32"
     activation_quantization_backend: str = "fused"
     x_colwise: str = "high_precision"
@@ -46,6 +51,11 @@ class MXFP8Config:
     gemm: str = "auto"
 
     def __post_init__(self) -> None:
+        if isinstance(self.format, str) and self.format not in CHOICES["format"]:
+            raise ValueError(
+                f'mxq.MXFP8Config: format must be "mxfp8" (the only block format implemented; FP8 blockwise is '
+                f'planned), got "{self.format}"'
+            )
         for f in fields(self):
             check_choice("mxq.MXFP8Config", f.name, getattr(self, f.name), CHOICES[f.name])
 

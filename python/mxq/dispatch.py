@@ -30,14 +30,19 @@ What each pass computes (the rows a GEMM gives for padding and tail rows are set
   (``quantize_routed(dout, index, counts, scale=scores)``): rowwise for W's dgrad, colwise for W's wgrad. The score
   gradient is ``d scores[r] = Σ_d dout[index[r], d] · y[dest[r], d]`` in fp32.
 
-Outputs and gradients (x, scores, every weight) are **bitwise** those of the unfused path: x[index] → mxq.grouped_mm
-per expert GEMM (which pads and unpads) → the scale multiply rounded to bf16 → ``index_put_(accumulate=True)`` into
-(T, D) bf16. The routed math runs in bf16 (x is cast to bf16 first, the combined output is cast back to x's dtype).
+Outputs and gradients (x, scores, every weight) are **bitwise** those of the composed path: x[index] →
+mxq.grouped_mm per expert GEMM (which pads and unpads) → the scale multiply rounded to bf16 →
+``index_put_(accumulate=True)`` into (T, D) bf16. The routed math runs in bf16 (x is cast to bf16 first); the
+combined output comes back in x's dtype (autocast's when dispatch runs inside an autocast region), as the layer it
+replaces returns it.
 
 ``routed_quantization`` picks the routed quantization: ``"fused"`` (default) is mxq's one-pass op
-``mxq.quantize_routed``; ``"unfused"`` is :func:`quantize_routed_unfused`, its composition from torch ops (index
-gather, scale multiply, pad copy) and ``mxq.quantize`` — the same bytes, kept as the baseline and the test oracle. A
-build without the fused op is a RuntimeError when the dispatcher is made, never a silent switch.
+``mxq.quantize_routed``; ``"composed"`` is :func:`quantize_routed_composed`, the same bytes composed from torch ops
+(index gather, scale multiply, pad copy) and ``mxq.quantize``, kept as the baseline and the test oracle (the name
+matches ``mxq.quantize``'s ``backend="composed"``; it was ``"unfused"``).
+
+The GEMMs and their autograd Function are mxq._gemm's (shared with mxq.linear and mxq.moe); this module adds the
+routing (:func:`route`), the dispatch's own autograd node and the :class:`TokenDispatcher` that strings them together.
 """
 
 from __future__ import annotations
@@ -48,79 +53,30 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .config import MXFP8Config, check_choice, check_config
-from .linear import (
+from ._gemm import (
     BLOCK,
-    activation_operands,
+    ROUTED_QUANTIZATIONS,
+    MXGemm,
     check_float_tensor,
-    dual_quantize,
+    gemm_plan,
+    grouped_gemm_path,
     layer_weight_operands,
-    saved_colwise,
+    output_dtype,
+    quantize_routed_composed,
+    routed_operands,
     use_native_gemm,
 )
-from .moe import (
-    _dgrad_gemm,
-    _fwd_gemm,
-    _wgrad_gemm,
-    _zero_empty_groups,
-    grouped_gemm_path,
-    padded_rows,
-    weight_operands,
-)
-from .ops import RoutedMXTensors, check_type, quantize
+from .config import MXFP8Config, check_choice, check_config
+from .ops import check_type
 
-_ops = torch.ops.mxq
-ROUTED_QUANTIZATIONS = ("fused", "unfused")
-
-
-def quantize_routed_unfused(
-    x: Tensor,
-    index: Tensor,
-    counts: Tensor,
-    *,
-    scale: Tensor | None = None,
-    scaling_mode: str = "rceil",
-    rowwise: bool = True,
-    colwise: bool = True,
-    backend: str = "fused",
-) -> RoutedMXTensors:
-    """``mxq.quantize_routed``'s result by the unfused composition (docs/numerics.md §12.1): gather the routed rows
-    ``x[index]``, multiply by ``scale`` rounded to x's dtype (``(x[index].float() * scale[:, None]).to(x.dtype)``),
-    copy them into the zeroed padded row space, then :func:`mxq.quantize` with the padded group ends (``backend``:
-    its kernel). x (T, K), index (N,) int32/int64 source rows in expert-sorted order, counts (E,) rows per expert
-    (Σ = N), scale (N,) fp32 or None. Three passes over the routed rows besides the quantization; no host sync."""
-    N = index.shape[0]
-    offs_p, dest, Mp = padded_rows(torch.cumsum(counts, 0), N)
-    v = x.index_select(0, index)
-    if scale is not None:
-        v = (v.float() * scale.unsqueeze(1)).to(x.dtype)
-    padded = x.new_zeros(Mp, x.shape[1]).index_copy_(0, dest, v)
-    q = quantize(padded, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs_p, backend=backend)
-    return RoutedMXTensors(*q, offs_p, dest.to(torch.int32))
-
-
-def fused_op_available() -> bool:
-    """True when the loaded extension registers the one-pass routed quantization (``mxq::quantize_routed``)."""
-    return hasattr(_ops, "quantize_routed")
-
-
-def _quantize_routed(how: str, x, index, counts, scale, scaling_mode, rowwise, colwise, backend) -> RoutedMXTensors:
-    if how == "fused":
-        from .ops import quantize_routed
-
-        out = quantize_routed(
-            x, index, counts, scale=scale, scaling_mode=scaling_mode, rowwise=rowwise, colwise=colwise
-        )
-        return RoutedMXTensors(*out)
-    return quantize_routed_unfused(
-        x, index, counts, scale=scale, scaling_mode=scaling_mode, rowwise=rowwise, colwise=colwise, backend=backend
-    )
-
-
-def _keep_valid(y: Tensor, valid: Tensor) -> Tensor:
-    # torch.where, not a multiply: the GEMMs leave tail rows unwritten (any bytes), and a padding row's product with
-    # a zero row may be -0; the unfused path's padding rows are +0.
-    return torch.where(valid, y, torch.zeros((), dtype=y.dtype, device=y.device))
+__all__ = [
+    "ROUTED_QUANTIZATIONS",
+    "RoutedTokens",
+    "TokenDispatcher",
+    "check_routed_quantization",
+    "quantize_routed_composed",
+    "route",
+]
 
 
 class RoutedTokens(NamedTuple):
@@ -132,7 +88,7 @@ class RoutedTokens(NamedTuple):
     ``offs_p`` (E,) int32 padded group ends; ``dest`` (N,) int64 padded row of each routed row; ``valid`` (Mp, 1)
     bool, the rows that hold a routed row; ``index`` (N,) int64 source token of each routed row; ``scores`` (N,) fp32
     gate score of each routed row (differentiable); ``counts`` (E,) int64 rows per expert; ``num_tokens`` T;
-    ``dtype`` x's dtype (the combined output's)."""
+    ``dtype`` the combined output's dtype (x's, or autocast's inside an autocast region)."""
 
     x: Tensor
     q_row: Tensor
@@ -149,7 +105,50 @@ class RoutedTokens(NamedTuple):
     dtype: torch.dtype
 
 
-# ---- autograd ----
+# ---- routing ----
+
+
+def check_routing_args(owner: str, x, scores, expert_ids, num_experts: int) -> None:
+    """The dispatch's argument checks: x (T, D) floating point with D a multiple of 32, scores and expert_ids
+    (T, top_k), expert_ids integer (on the CPU, also in [0, num_experts)), all on one device."""
+    check_float_tensor(owner, "x", x)
+    check_float_tensor(owner, "scores", scores)
+    check_type(owner, "expert_ids", expert_ids, Tensor)
+    if x.dim() != 2:
+        raise ValueError(f"{owner}: x must be 2-D (T, D), got shape {tuple(x.shape)}")
+    T, D = x.shape
+    if expert_ids.dim() != 2 or expert_ids.shape[0] != T or tuple(scores.shape) != tuple(expert_ids.shape):
+        raise ValueError(
+            f"{owner}: scores and expert_ids must both have shape (T, top_k) with T = {T}, got "
+            f"{tuple(scores.shape)} and {tuple(expert_ids.shape)}"
+        )
+    if expert_ids.dtype.is_floating_point or expert_ids.dtype in (torch.bool, torch.complex64, torch.complex128):
+        raise TypeError(f"{owner}: expert_ids must be an integer tensor, got {expert_ids.dtype}")
+    if scores.device != x.device or expert_ids.device != x.device:
+        raise ValueError(
+            f"{owner}: x, scores and expert_ids must be on one device, got {x.device}, {scores.device}, "
+            f"{expert_ids.device}"
+        )
+    if D % BLOCK:
+        raise ValueError(f"{owner}: D (x.shape[1]) must be a multiple of {BLOCK}, got {D}")
+    if x.device.type == "cpu" and expert_ids.numel() and not torch.compiler.is_compiling():
+        lo, hi = int(expert_ids.min()), int(expert_ids.max())
+        if lo < 0 or hi >= num_experts:
+            raise ValueError(f"{owner}: expert_ids must be in [0, {num_experts}), got values from {lo} to {hi}")
+
+
+def route(scores: Tensor, expert_ids: Tensor, num_experts: int) -> tuple[Tensor, Tensor, Tensor]:
+    """(index, counts, sorted_scores) of a top-k routing, no host sync: the T·top_k (token, choice) pairs sorted by
+    expert (stable, so a token's rows keep their order); ``index`` (N,) the source token of each routed row,
+    ``counts`` (E,) rows per expert, ``sorted_scores`` (N,) fp32 the gate score of each routed row."""
+    top_k = expert_ids.shape[1]
+    flat = expert_ids.reshape(-1).long()
+    order = torch.argsort(flat, stable=True)
+    index = order // top_k
+    # Rows per expert from the sorted ids (no atomics).
+    ends = torch.searchsorted(flat.index_select(0, order), torch.arange(num_experts, device=flat.device), right=True)
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    return index, counts, scores.reshape(-1).float()[order]
 
 
 class _Dispatch(torch.autograd.Function):
@@ -158,7 +157,7 @@ class _Dispatch(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, index, counts, how, scaling_mode, backend):
-        q_row, s_row, q_col, s_col, offs_p, dest = _quantize_routed(
+        q_row, s_row, q_col, s_col, offs_p, dest = routed_operands(
             how, x, index, counts, None, scaling_mode, True, True, backend
         )
         dest = dest.long()
@@ -181,92 +180,31 @@ class _Dispatch(torch.autograd.Function):
         return dx, None, None, None, None, None
 
 
-class _RoutedGroupedMM(torch.autograd.Function):
-    """y (Mp, N) = x_g · W_gᵀ over the padded rows, x given as its pre-quantized operands (rowwise for forward,
-    colwise saved for wgrad); backward quantizes dy (Mp, N) on both axes in one call."""
-
-    @staticmethod
-    def forward(ctx, handle, w, w_operands, q_x, s_x, q_x_col, s_x_col, offs_p, valid, backend, scaling_mode,
-                weight_scaling, path):  # fmt: skip
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
-        x_saved = (q_x_col, s_x_col) if need_dw else ()
-        w_saved = (q_w_col, s_w_col) if need_dx else ()
-        ctx.save_for_backward(offs_p, valid, *x_saved, *w_saved)
-        ctx.config = (backend, scaling_mode, path, need_dx, need_dw)
-        return _keep_valid(_fwd_gemm(q_x, s_x, q_w, s_w, offs_p, path), valid)
-
-    @staticmethod
-    def backward(ctx, dy):
-        backend, scaling_mode, path, need_dx, need_dw = ctx.config
-        offs_p, valid, *rest = ctx.saved_tensors
-        q_dy, s_dy, q_dy_col, s_dy_col = dual_quantize(
-            dy.to(torch.bfloat16).contiguous(), backend, scaling_mode, offs_p
-        )
-        dx = dw = None
-        if need_dw:
-            q_x_col, s_x_col = rest[:2]
-            dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs_p, path), offs_p)
-        if need_dx:
-            q_w_col, s_w_col = rest[-2:]
-            dx = _keep_valid(_dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs_p, path), valid)
-        return dx, dw, *([None] * 11)
-
-
-class _CombineMM(torch.autograd.Function):
-    """out (T, N) bf16: y = h_g · W_gᵀ over the padded rows, each routed row's y scaled by its score (rounded to
-    bf16) and scatter-added to its token. Backward: d(routed y) quantized on both axes in one routed pass with the
-    scores applied; d scores from the saved routed y."""
-
-    @staticmethod
-    def forward(ctx, h, w, w_operands, scores, index, counts, dest, valid, offs_p, num_tokens, how, backend,
-                x_colwise, scaling_mode, weight_scaling, path):  # fmt: skip
-        need_dh, need_dw, need_ds = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[3]
-        q_h, s_h, h_saved = activation_operands(h, need_dw, backend, x_colwise, scaling_mode, offs_p)
-        q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dh)
-        w_saved = (q_w_col, s_w_col) if need_dh else ()
-        y_routed = _keep_valid(_fwd_gemm(q_h, s_h, q_w, s_w, offs_p, path), valid).index_select(0, dest)  # (N, N_out)
-        y_scaled = (y_routed.float() * scores.unsqueeze(1)).to(torch.bfloat16)
-        # Out of place: with index_put_ here, torch 2.11's torch.compile traced backward with dout = zeros.
-        out = y_scaled.new_zeros(num_tokens, y_scaled.shape[1]).index_put((index,), y_scaled, accumulate=True)
-        y_saved = (y_routed,) if need_ds else ()
-        ctx.save_for_backward(scores, index, counts, valid, offs_p, *y_saved, *h_saved, *w_saved)
-        ctx.config = (how, backend, scaling_mode, path, len(y_saved), len(h_saved), need_dh, need_dw, need_ds)
-        return out
-
-    @staticmethod
-    def backward(ctx, dout):
-        how, backend, scaling_mode, path, n_y, n_h, need_dh, need_dw, need_ds = ctx.config
-        scores, index, counts, valid, offs_p, *rest = ctx.saved_tensors
-        y_saved, h_saved, w_saved = rest[:n_y], rest[n_y : n_y + n_h], rest[n_y + n_h :]
-        dout = dout.to(torch.bfloat16).contiguous()
-        dh = dw = ds = None
-        if need_dh or need_dw:
-            # d(routed y) = (dout[index].float() * scores).to(bf16), gathered, scaled, padded and quantized on the
-            # axes the GEMMs need, in one pass.
-            q_dy, s_dy, q_dy_col, s_dy_col, _, _ = _quantize_routed(
-                how, dout, index, counts, scores, scaling_mode, need_dh, need_dw, backend
-            )
-            if need_dw:
-                q_h_col, s_h_col = saved_colwise(h_saved, scaling_mode, offs_p)
-                dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_h_col, s_h_col, offs_p, path), offs_p)
-            if need_dh:
-                q_w_col, s_w_col = w_saved
-                dh = _keep_valid(_dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs_p, path), valid)
-        if need_ds:
-            # What autograd computes for the score of (y.float() * s).to(bf16): Σ_d of the product, in fp32.
-            ds = (dout.index_select(0, index).float() * y_saved[0].float()).sum(1, keepdim=True).view(-1)
-        return dh, dw, None, ds, *([None] * 12)
+def combine(routed: RoutedTokens, y: Tensor) -> Tensor:
+    """(T, N) in routed.dtype from any expert output y (Mp, N) over the padded rows: ``(y[dest[r]].float() *
+    scores[r]).to(bf16)`` scatter-added to token index[r] (plain autograd)."""
+    y_scaled = (y.to(torch.bfloat16).index_select(0, routed.dest).float() * routed.scores.unsqueeze(1)).to(
+        torch.bfloat16
+    )
+    out = y_scaled.new_zeros(routed.num_tokens, y.shape[1]).index_put_((routed.index,), y_scaled, accumulate=True)
+    return out.to(routed.dtype)
 
 
 # ---- the dispatcher ----
 
 
+def check_routed_quantization(owner: str, value) -> None:
+    """TypeError for a value that is not a str, ValueError for one outside ``ROUTED_QUANTIZATIONS`` (the old name
+    "unfused" says what it became)."""
+    if value == "unfused":
+        raise ValueError(f'{owner}: routed_quantization "unfused" was renamed "composed" (the same baseline)')
+    check_choice(owner, "routed_quantization", value, ROUTED_QUANTIZATIONS)
+
+
 class TokenDispatcher:
     """MXFP8 token dispatcher for ``num_experts`` local experts with the recipe ``config`` (default:
     ``mxq.MXFP8Config()``): see the module docstring. Not an nn.Module (no parameters or buffers); one object serves
-    every call. ``routed_quantization``: ``"fused"`` (default; RuntimeError here when the loaded extension lacks the
-    op) or ``"unfused"``."""
+    every call. ``routed_quantization``: ``"fused"`` (default) or ``"composed"``."""
 
     def __init__(
         self, num_experts: int, *, config: MXFP8Config | None = None, routed_quantization: str = "fused"
@@ -275,13 +213,7 @@ class TokenDispatcher:
         check_type(owner, "num_experts", num_experts, int)
         if num_experts < 1:
             raise ValueError(f"{owner}: num_experts must be at least 1, got {num_experts}")
-        check_choice(owner, "routed_quantization", routed_quantization, ROUTED_QUANTIZATIONS)
-        if routed_quantization == "fused" and not fused_op_available():
-            raise RuntimeError(
-                f'{owner}: routed_quantization="fused" needs the op mxq::quantize_routed, which the loaded extension '
-                f'({_library_path()}) does not register; rebuild mxq, or pass routed_quantization="unfused" (the '
-                "same bytes from gather, pad and mxq.quantize)"
-            )
+        check_routed_quantization(owner, routed_quantization)
         self.num_experts = num_experts
         self.config = check_config(owner, config)
         self.routed_quantization = routed_quantization
@@ -300,47 +232,14 @@ class TokenDispatcher:
                 "with TorchTitan's expert parallelism, convert with MXQConverter.Config(token_dispatcher=False)"
             )
 
-    # ---- dispatch ----
-
     def dispatch(self, x: Tensor, scores: Tensor, expert_ids: Tensor) -> RoutedTokens:
         """x (T, D) floating point; scores (T, top_k) the gate score of each choice (used in fp32); expert_ids
         (T, top_k) integer expert of each choice, in [0, num_experts) (a token may pick an expert twice). Returns the
         routed tokens, quantized (module docstring). D must be a multiple of 32."""
-        owner = "mxq.TokenDispatcher.dispatch"
-        check_float_tensor(owner, "x", x)
-        check_float_tensor(owner, "scores", scores)
-        check_type(owner, "expert_ids", expert_ids, Tensor)
-        if x.dim() != 2:
-            raise ValueError(f"{owner}: x must be 2-D (T, D), got shape {tuple(x.shape)}")
-        T, D = x.shape
-        if expert_ids.dim() != 2 or expert_ids.shape[0] != T or tuple(scores.shape) != tuple(expert_ids.shape):
-            raise ValueError(
-                f"{owner}: scores and expert_ids must both have shape (T, top_k) with T = {T}, got "
-                f"{tuple(scores.shape)} and {tuple(expert_ids.shape)}"
-            )
-        if expert_ids.dtype.is_floating_point or expert_ids.dtype in (torch.bool, torch.complex64, torch.complex128):
-            raise TypeError(f"{owner}: expert_ids must be an integer tensor, got {expert_ids.dtype}")
-        if scores.device != x.device or expert_ids.device != x.device:
-            raise ValueError(
-                f"{owner}: x, scores and expert_ids must be on one device, got {x.device}, {scores.device}, "
-                f"{expert_ids.device}"
-            )
-        if D % BLOCK:
-            raise ValueError(f"{owner}: D (x.shape[1]) must be a multiple of {BLOCK}, got {D}")
-        E, top_k = self.num_experts, expert_ids.shape[1]
-        flat = expert_ids.reshape(-1).long()
-        if x.device.type == "cpu" and flat.numel() and not torch.compiler.is_compiling():
-            lo, hi = int(flat.min()), int(flat.max())
-            if lo < 0 or hi >= E:
-                raise ValueError(f"{owner}: expert_ids must be in [0, {E}), got values from {lo} to {hi}")
-        order = torch.argsort(flat, stable=True)
-        index = order // top_k
-        # Rows per expert from the sorted ids (no host sync, no atomics).
-        ends = torch.searchsorted(flat.index_select(0, order), torch.arange(E, device=x.device), right=True)
-        counts = torch.diff(ends, prepend=ends.new_zeros(1))
-        sorted_scores = scores.reshape(-1).float()[order]
+        check_routing_args("mxq.TokenDispatcher.dispatch", x, scores, expert_ids, self.num_experts)
+        index, counts, sorted_scores = route(scores, expert_ids, self.num_experts)
         c = self.config
-        handle, q_row, s_row, q_col, s_col, offs_p, dest, valid = _Dispatch.apply(
+        handle, *operands = _Dispatch.apply(
             x.to(torch.bfloat16).contiguous(),
             index,
             counts,
@@ -348,103 +247,75 @@ class TokenDispatcher:
             c.scaling_mode,
             c.activation_quantization_backend,
         )
-        return RoutedTokens(
-            handle, q_row, s_row, q_col, s_col, offs_p, dest, valid, index, sorted_scores, counts, T, x.dtype
-        )
+        return RoutedTokens(handle, *operands, index, sorted_scores, counts, x.shape[0], output_dtype(x))
 
     # ---- expert GEMMs on the padded rows ----
 
-    def _path(self, owner: str, routed: RoutedTokens) -> str:
-        return grouped_gemm_path(routed.x.device, use_native_gemm(owner, self.config, routed.x.device))
+    def _plan(self, owner: str, rows: str, routed: RoutedTokens):
+        device = routed.x.device
+        path = grouped_gemm_path(device, use_native_gemm(owner, self.config, device))
+        return gemm_plan(rows, self.config, path, self.routed_quantization)
 
-    def _check_w(self, owner: str, w: Tensor, K: int, name: str = "w") -> None:
+    def _weight(self, owner: str, w: Tensor, K: int, name: str = "w"):
+        """(w in bf16, its operands from reuse_quantized_weights or None), after checking w (E, N, K)."""
         check_float_tensor(owner, name, w)
         if w.dim() != 3 or w.shape[0] != self.num_experts or w.shape[2] != K:
             raise ValueError(f"{owner}: {name} must have shape (E={self.num_experts}, N, K={K}), got {tuple(w.shape)}")
         if w.shape[1] % BLOCK:
             raise ValueError(f"{owner}: {name}'s N must be a multiple of {BLOCK}, got {w.shape[1]}")
+        w_bf16 = w.to(torch.bfloat16).contiguous()
+        return w_bf16, layer_weight_operands(w, w_bf16, self.config.scaling_mode, self.config.weight_scaling)
+
+    @staticmethod
+    def _check_padded(owner: str, name: str, t: Tensor, routed: RoutedTokens) -> None:
+        check_float_tensor(owner, name, t)
+        Mp = routed.valid.shape[0]
+        if t.dim() != 2 or t.shape[0] != Mp:
+            raise ValueError(f"{owner}: {name} must be 2-D over the {Mp} padded rows, got shape {tuple(t.shape)}")
 
     def grouped_mm(self, routed: RoutedTokens, w: Tensor) -> Tensor:
         """bf16 (Mp, N): the dispatched x times each expert's W_gᵀ, w (E, N, D), from the operands dispatch
         quantized (no quantization of x here); padding and tail rows 0."""
         owner = "mxq.TokenDispatcher.grouped_mm"
-        self._check_w(owner, w, routed.q_row.shape[1])
-        c = self.config
-        w_bf16 = w.to(torch.bfloat16).contiguous()
-        return _RoutedGroupedMM.apply(
-            routed.x,
-            w_bf16,
-            layer_weight_operands(w, w_bf16, c.scaling_mode, c.weight_scaling),
-            routed.q_row,
-            routed.s_row,
-            routed.q_col,
-            routed.s_col,
-            routed.offs_p,
-            routed.valid,
-            c.activation_quantization_backend,
-            c.scaling_mode,
-            c.weight_scaling,
-            self._path(owner, routed),
-        )
+        w_bf16, w_operands = self._weight(owner, w, routed.q_row.shape[1])
+        x_operands = (routed.q_row, routed.s_row, routed.q_col, routed.s_col)
+        Mp = routed.valid.shape[0]
+        rows = (routed.offs_p, routed.valid)
+        how = self._plan(owner, "padded", routed)
+        return MXGemm.apply(routed.x, w_bf16, None, w_operands, x_operands, rows, (Mp, Mp), how)
 
     def combine_mm(self, routed: RoutedTokens, h: Tensor, w: Tensor) -> Tensor:
-        """(T, N) in x's dtype: the experts' last GEMM y = h_g · W_gᵀ (h (Mp, H) over the padded rows, w (E, N, H)),
+        """(T, N) in routed.dtype: the experts' last GEMM y = h_g · W_gᵀ (h (Mp, H) over the padded rows, w (E, N, H)),
         each routed row scaled by its gate score and scatter-added to its token; backward quantizes d(routed y) with
         the scores in one pass (module docstring)."""
         owner = "mxq.TokenDispatcher.combine_mm"
-        check_float_tensor(owner, "h", h)
-        Mp = routed.valid.shape[0]
-        if h.dim() != 2 or h.shape[0] != Mp:
-            raise ValueError(f"{owner}: h must be 2-D over the {Mp} padded rows, got shape {tuple(h.shape)}")
-        self._check_w(owner, w, h.shape[1])
+        self._check_padded(owner, "h", h, routed)
+        w_bf16, w_operands = self._weight(owner, w, h.shape[1])
         if h.shape[1] % BLOCK:
             raise ValueError(f"{owner}: h's width must be a multiple of {BLOCK}, got {h.shape[1]}")
-        c = self.config
-        w_bf16 = w.to(torch.bfloat16).contiguous()
-        out = _CombineMM.apply(
-            h.to(torch.bfloat16).contiguous(),
-            w_bf16,
-            layer_weight_operands(w, w_bf16, c.scaling_mode, c.weight_scaling),
-            routed.scores,
-            routed.index,
-            routed.counts,
-            routed.dest,
-            routed.valid,
-            routed.offs_p,
-            routed.num_tokens,
-            self.routed_quantization,
-            c.activation_quantization_backend,
-            c.x_colwise,
-            c.scaling_mode,
-            c.weight_scaling,
-            self._path(owner, routed),
-        )
+        rows = (routed.offs_p, routed.valid, routed.dest, routed.index, routed.counts)
+        sizes = (routed.valid.shape[0], routed.num_tokens)
+        how = self._plan(owner, "combine", routed)
+        h_bf16 = h.to(torch.bfloat16).contiguous()
+        out = MXGemm.apply(h_bf16, w_bf16, routed.scores, w_operands, None, rows, sizes, how)
         return out.to(routed.dtype)
 
     def combine(self, routed: RoutedTokens, y: Tensor) -> Tensor:
-        """(T, N) in x's dtype from any expert output y (Mp, N) over the padded rows: ``(y[dest[r]].float() *
+        """(T, N) in routed.dtype from any expert output y (Mp, N) over the padded rows: ``(y[dest[r]].float() *
         scores[r]).to(bf16)`` scatter-added to token index[r]. Plain autograd (its backward hands the producer of y a
         bf16 gradient); :meth:`combine_mm` is the form whose backward quantizes in one routed pass."""
-        owner = "mxq.TokenDispatcher.combine"
-        check_float_tensor(owner, "y", y)
-        Mp = routed.valid.shape[0]
-        if y.dim() != 2 or y.shape[0] != Mp:
-            raise ValueError(f"{owner}: y must be 2-D over the {Mp} padded rows, got shape {tuple(y.shape)}")
-        y_scaled = (y.to(torch.bfloat16).index_select(0, routed.dest).float() * routed.scores.unsqueeze(1)).to(
-            torch.bfloat16
-        )
-        out = y_scaled.new_zeros(routed.num_tokens, y.shape[1]).index_put_((routed.index,), y_scaled, accumulate=True)
-        return out.to(routed.dtype)
+        self._check_padded("mxq.TokenDispatcher.combine", "y", y, routed)
+        return combine(routed, y)
 
     def swiglu(self, routed: RoutedTokens, w1: Tensor, w2: Tensor, w3: Tensor) -> Tensor:
-        """(T, D) in x's dtype: SwiGLU experts ``(silu(x W1ᵀ) * (x W3ᵀ)) W2ᵀ`` on the dispatched tokens, w1 and w3
+        """(T, D) in routed.dtype: SwiGLU experts ``(silu(x W1ᵀ) * (x W3ᵀ)) W2ᵀ`` on the dispatched tokens, w1 and w3
         (E, H, D), w2 (E, D, H), combined with the gate scores."""
         h = F.silu(self.grouped_mm(routed, w1)) * self.grouped_mm(routed, w3)
         return self.combine_mm(routed, h, w2)
 
     def experts(self, routed: RoutedTokens, experts) -> Tensor:
         """The experts of a module with mxq's expert-module interface (``mxq_experts`` "swiglu" or "linear"; its
-        parameters, not its forward) on the dispatched tokens, combined: (T, D) or (T, N) in x's dtype."""
+        parameters, not its forward) on the dispatched tokens, combined: (T, D) or (T, N) in routed.dtype."""
         kind = getattr(experts, "mxq_experts", None)
         if kind == "swiglu":
             return self.swiglu(routed, experts.w1, experts.w2, experts.w3)
@@ -455,7 +326,15 @@ class TokenDispatcher:
         )
 
 
-def _library_path() -> str:
-    import mxq
-
-    return mxq._library_path
+def __getattr__(name: str):
+    if name == "quantize_routed_unfused":
+        raise AttributeError(
+            "mxq.dispatch.quantize_routed_unfused was renamed mxq.dispatch.quantize_routed_composed (the same "
+            'baseline as mxq.quantize\'s backend="composed")'
+        )
+    if name == "fused_op_available":
+        raise AttributeError(
+            "mxq.dispatch.fused_op_available was removed: every build registers mxq::quantize_routed, so "
+            'routed_quantization="fused" is always available'
+        )
+    raise AttributeError(f"module 'mxq.dispatch' has no attribute {name!r}")

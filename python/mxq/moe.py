@@ -5,7 +5,8 @@ int32 the cumulative group ends along M (non-decreasing, at most M; equal neighb
 offs[-1] are the uncovered tail). Groups may have **any size**: the rows are padded on the device to the MXFP8
 alignment of 32 (docs/numerics.md §12's padded row space: a worst-case buffer of roundup(M + 31·G, 32) rows, no host
 sync), the GEMMs run on the padded operands with the padded group ends, and the outputs and gradients come back in the
-caller's row order — bitwise what padding by hand gives. y (M, N) bf16, y_g = x_g · W_gᵀ; tail rows of y are 0 and
+caller's row order — bitwise what padding by hand gives. y (M, N), y_g = x_g · W_gᵀ, computed in bf16 and returned in
+x's dtype (autocast's inside an autocast region, like the module it replaces); tail rows of y are 0 and
 their rows of dx are 0; an empty group's dW_g is 0. Operands and layouts, per GEMM (on the padded rows):
 
     GEMM                         A operand                                  B operand
@@ -53,139 +54,51 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import MXFP8Config, check_choice, check_config
-from .linear import (
-    ATOM_COLS,
-    ATOM_ROWS,
-    BLOCK,
-    activation_operands,
+from ._gemm import (
+    MXGemm,
     check_float_tensor,
     check_multiple_of_32,
-    dual_quantize,
+    gemm_plan,
+    grouped_gemm_path,
     layer_weight_operands,
-    recipe_args,
-    round_up,
-    saved_colwise,
+    output_dtype,
+    pad_rows,
+    padded_row_space,
     use_native_gemm,
-    weight_operands,
+    zero_empty_groups,
+    zero_tail,
 )
+from .config import MXFP8Config, check_choice, check_config
 from .ops import check_type
 
-_ops = torch.ops.mxq
+__all__ = [
+    "GroupedExperts",
+    "MXFP8GroupedExperts",
+    "bf16_grouped_mm",
+    "grouped_gemm_path",
+    "grouped_mm",
+    "padded_row_space",
+]
 EXPERT_KINDS = ("swiglu", "linear")
 
 
-# ---- capability checks ----
-
-
-def bf16_grouped_mm_available(device: torch.device) -> bool:
-    """True where torch._grouped_mm runs a bf16 grouped GEMM for ``device`` without reading offs on the host:
-    the CPU, and CUDA devices of compute capability 9.0 and above (its CUTLASS kernels)."""
-    if not hasattr(torch, "_grouped_mm"):
-        return False
-    if device.type == "cpu":
-        return True
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-
-
-def grouped_gemm_path(device: torch.device, native: bool = False) -> str:
-    """The path :func:`grouped_mm` takes on ``device``: ``"scaled_grouped_mm"`` (native MXFP8, CUDA SM100+),
-    ``"emulated_grouped_mm"`` (dequantize + torch._grouped_mm) or ``"emulated_per_group"`` (dequantize + one matmul
-    per group)."""
-    if native:
-        return "scaled_grouped_mm"
-    return "emulated_grouped_mm" if bf16_grouped_mm_available(device) else "emulated_per_group"
-
-
-# ---- groups of any size: the padded row space (docs/numerics.md §12) ----
-
-
-def padded_rows(offs: Tensor, M: int) -> tuple[Tensor, Tensor, int]:
-    """The padded row space of M rows grouped by ``offs`` (any sizes): (offs_p, dest, Mp). Group g's rows move to
-    start at ``P_g = Σ_{j<g} roundup(n_j, 32)`` and are followed by its zero padding rows; ``offs_p`` (G,) int32 are
-    the padded group ends; the caller's tail rows (past offs[-1]) follow offs_p[-1]; ``dest`` (M,) int64 is the
-    padded row of each caller row; ``Mp = roundup(M + 31·G, 32)`` rows hold any offs, so nothing is read on the host.
-
-    A malformed offs (a negative size, a negative start or an end past M) fails a device-side assertion; the indices
-    are clamped into range first, so nothing is read or written outside the buffers before it fires."""
-    G = offs.shape[0]
-    Mp = round_up(M + (BLOCK - 1) * G, BLOCK)
-    ends = offs.long()
-    sizes = torch.diff(ends, prepend=ends.new_zeros(1))
-    torch._assert_async(
-        (sizes.min() >= 0) & (ends[-1] <= M),
-        "mxq: the grouped GEMM's offs must be non-decreasing, non-negative and at most M",
-    )
-    padded = (sizes + BLOCK - 1) // BLOCK * BLOCK
-    ends_p = torch.cumsum(padded, 0)
-    # Each group's rows move by one shift, its padded start minus its start; the tail's by the padded end minus
-    # the end.
-    shift = torch.cat([(ends_p - padded) - (ends - sizes), ends_p[-1:] - ends[-1:]])
-    rows = torch.arange(M, device=offs.device)
-    group = torch.searchsorted(ends, rows, right=True)  # G for the tail
-    dest = (rows + shift[group]).clamp_(0, Mp - 1)
-    return ends_p.to(torch.int32), dest, Mp
-
-
-def _pad(t: Tensor, dest: Tensor, Mp: int) -> Tensor:
-    """(Mp, C): the rows of t (M, C) at their padded places, zeros elsewhere (an exact copy: each row is written
-    once)."""
-    return t.new_zeros(Mp, t.shape[1]).index_copy_(0, dest, t)
-
-
-# ---- masks: the tail rows and the empty groups ----
-
-
-def _tail_mask(M: int, offs: Tensor) -> Tensor:
-    """(M, 1) bool: rows inside a group (no host sync: compares with offs[-1] on the device)."""
-    return (torch.arange(M, device=offs.device, dtype=torch.int32) < offs[-1]).unsqueeze(1)
-
-
-def _zero_tail(y: Tensor, offs: Tensor) -> Tensor:
-    # torch.where, not a multiply: the GEMMs leave the tail rows unwritten (any bytes, NaN included).
-    return torch.where(_tail_mask(y.shape[0], offs), y, torch.zeros((), dtype=y.dtype, device=y.device))
-
-
-def _zero_empty_groups(dw: Tensor, offs: Tensor) -> Tensor:
-    sizes = torch.diff(offs, prepend=offs.new_zeros(1))
-    return torch.where((sizes > 0).view(-1, 1, 1), dw, torch.zeros((), dtype=dw.dtype, device=dw.device))
-
-
-# ---- bf16 grouped GEMMs (the emulation's back end, and the high-precision reference) ----
-
-
-def _bf16_grouped(a: Tensor, b: Tensor, offs: Tensor, path: str) -> Tensor:
-    """a (M, K) · b (G, K, N) -> (M, N) per group (2d-3d), or a (N, M) · b (M, K) -> (G, N, K) (2d-2d, groups along M);
-    bf16 in and out, fp32 accumulation. Tail rows / empty groups are left to the caller's masks."""
-    if path == "emulated_grouped_mm":
-        return torch._grouped_mm(a, b, offs=offs)
-    ends = [int(e) for e in offs.tolist()]  # host read: the per-group fallback synchronizes
-    starts = [0] + ends[:-1]
-    if b.dim() == 3:  # 2d-3d
-        out = a.new_zeros(a.shape[0], b.shape[-1])
-        for g, (s, e) in enumerate(zip(starts, ends)):
-            if e > s:
-                out[s:e] = a[s:e] @ b[g]
-        return out
-    out = a.new_zeros(len(ends), a.shape[0], b.shape[-1])  # 2d-2d
-    for g, (s, e) in enumerate(zip(starts, ends)):
-        if e > s:
-            out[g] = a[:, s:e] @ b[s:e]
-    return out
+# ---- capability checks and the high-precision reference ----
 
 
 def bf16_grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
     """The high-precision grouped GEMM with :func:`grouped_mm`'s semantics (differentiable through autograd; groups of
-    any size, padded the same way): bf16 y (M, N), y_g = x_g · W_gᵀ, tail rows 0. What :class:`GroupedExperts` runs
+    any size, padded the same way): y (M, N), y_g = x_g · W_gᵀ in bf16, tail rows 0, in x's dtype (autocast's inside an
+    autocast region). What :class:`GroupedExperts` runs
     and what the tests compare against."""
     _check_grouped_args("mxq.bf16_grouped_mm", x, w, offs)
     M = x.shape[0]
-    offs_p, dest, Mp = padded_rows(offs, M)
+    offs_p, dest, Mp = padded_row_space(offs, M)
     # The masks on the inputs make autograd's gradients exact too: torch._grouped_mm's backward leaves the tail rows
     # of dx unwritten (and, on some devices, an empty group's dW).
-    x = _zero_tail(_pad(x.to(torch.bfloat16), dest, Mp), offs_p)
-    w = _zero_empty_groups(w.to(torch.bfloat16), offs_p)
-    if bf16_grouped_mm_available(x.device):
+    out_dtype = output_dtype(x)
+    x = zero_tail(pad_rows(x.to(torch.bfloat16), dest, Mp), offs_p)
+    w = zero_empty_groups(w.to(torch.bfloat16), offs_p)
+    if grouped_gemm_path(x.device) == "emulated_grouped_mm":
         y = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs_p)
     else:
         ends = offs_p.tolist()
@@ -195,91 +108,7 @@ def bf16_grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
             start = end
         ys.append(x.new_zeros(Mp - start, w.shape[1]))
         y = torch.cat(ys)
-    return _zero_tail(y, offs_p).index_select(0, dest)
-
-
-# ---- MXFP8 operands ----
-
-
-def _dequantize_experts(q: Tensor, s: Tensor) -> Tensor:
-    """bf16 (G, R, C) from per-expert e4m3 data q (G, R, C) (contiguous) and per-expert blocked scales s (G regions of
-    roundup(R,128)·roundup(C/32,4) bytes, one after another): one ``dequantize`` call in the M-groups layout, whose
-    segments for offs = [R, 2R, ..., GR] are exactly these regions (the empty tail segment and the allocation's slack
-    are padded with zero bytes)."""
-    G, R, C = q.shape
-    Rp, Cp = round_up(R, ATOM_ROWS), round_up(C // BLOCK, ATOM_COLS)
-    slack = round_up(G * R, ATOM_ROWS) + ATOM_ROWS * G - G * Rp
-    s_u8 = s.reshape(G * Rp, Cp).view(torch.uint8)
-    s_mg = torch.cat([s_u8, s_u8.new_zeros(slack, Cp)]).view(torch.float8_e8m0fnu)
-    ends = torch.arange(1, G + 1, device=q.device, dtype=torch.int32) * R
-    return _ops.dequantize(q.reshape(G * R, C), s_mg, ends, "m_groups").view(G, R, C)
-
-
-def _fwd_gemm(q_x, s_x, q_w, s_w, offs, path):
-    """y (M, N) = x_g · W_gᵀ: x rowwise (M-groups), W rowwise (G, N, K) along K."""
-    if path == "scaled_grouped_mm":
-        # B (G, K, N) column-major: q_w.transpose(-2, -1) has strides (N·K, 1, K).
-        return torch._scaled_grouped_mm(q_x, q_w.transpose(-2, -1), s_x, s_w, offs=offs, out_dtype=torch.bfloat16)
-    x = _ops.dequantize(q_x, s_x, offs, "m_groups")
-    w = _dequantize_experts(q_w, s_w)  # (G, N, K)
-    return _bf16_grouped(x, w.transpose(-2, -1), offs, path)
-
-
-def _dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, path):
-    """dx (M, K) = dy_g · W_g: dy rowwise (M-groups), W colwise along N: q_w_col logical (G, N, K), strides
-    (N·K, 1, N) over the physical (G, K, N)."""
-    if path == "scaled_grouped_mm":
-        return torch._scaled_grouped_mm(q_dy, q_w_col, s_dy, s_w_col, offs=offs, out_dtype=torch.bfloat16)
-    dy = _ops.dequantize(q_dy, s_dy, offs, "m_groups")
-    w_t = _dequantize_experts(q_w_col.transpose(-2, -1), s_w_col)  # (G, K, N)
-    return _bf16_grouped(dy, w_t.transpose(-2, -1), offs, path)
-
-
-def _wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path):
-    """dW (G, N, K) = dy_gᵀ · x_g: dy colwise (q_dy_col.t() is (N, M)), x colwise (q_x_col logical (M, K), strides
-    (1, M)), both with K-groups scales."""
-    if path == "scaled_grouped_mm":
-        return torch._scaled_grouped_mm(q_dy_col.t(), q_x_col, s_dy_col, s_x_col, offs=offs, out_dtype=torch.bfloat16)
-    dy_t = _ops.dequantize(q_dy_col.t(), s_dy_col, offs, "k_groups")  # (N, M), tail tokens 0
-    x_t = _ops.dequantize(q_x_col.t(), s_x_col, offs, "k_groups")  # (K, M), tail tokens 0
-    return _bf16_grouped(dy_t, x_t.t(), offs, path)
-
-
-class _MXFP8GroupedMM(torch.autograd.Function):
-    """The MXFP8 grouped GEMM on the padded row space: x's rows are moved to their padded places (``dest``) on the
-    way in, y's and dx's rows back on the way out; in backward, dy's rows are padded the same way. Both moves are
-    exact copies, so everything equals padding by hand."""
-
-    @staticmethod
-    def forward(ctx, x, w, w_operands, offs, backend, x_colwise, scaling_mode, weight_scaling, path):
-        # x (M, K), w (G, N, K): bf16 contiguous; w_operands: w's, from reuse_quantized_weights, or None; offs
-        # (G,) int32 on x's device, groups of any size.
-        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        offs_p, dest, Mp = padded_rows(offs, x.shape[0])
-        x_p = _pad(x, dest, Mp)
-        q_x, s_x, x_saved = activation_operands(x_p, need_dw, backend, x_colwise, scaling_mode, offs_p)
-        q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, scaling_mode, weight_scaling, colwise=need_dx)
-        w_saved = (q_w_col, s_w_col) if need_dx else ()
-        ctx.save_for_backward(offs_p, dest, *x_saved, *w_saved)
-        ctx.config = (backend, scaling_mode, path, Mp, len(x_saved), need_dx, need_dw)
-        return _zero_tail(_fwd_gemm(q_x, s_x, q_w, s_w, offs_p, path), offs_p).index_select(0, dest)
-
-    @staticmethod
-    def backward(ctx, dy):
-        backend, scaling_mode, path, Mp, n_x, need_dx, need_dw = ctx.config
-        offs_p, dest, *rest = ctx.saved_tensors
-        x_saved, w_saved = rest[:n_x], rest[n_x:]
-        dy_p = _pad(dy.to(torch.bfloat16), dest, Mp)
-        # dy on both axes, one call: rowwise with M-groups s_row (dgrad), colwise with K-groups s_col (wgrad).
-        q_dy, s_dy, q_dy_col, s_dy_col = dual_quantize(dy_p, backend, scaling_mode, offs_p)
-        dx = dw = None
-        if need_dx:
-            q_w_col, s_w_col = w_saved
-            dx = _zero_tail(_dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs_p, path), offs_p).index_select(0, dest)
-        if need_dw:
-            q_x_col, s_x_col = saved_colwise(x_saved, scaling_mode, offs_p)
-            dw = _zero_empty_groups(_wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs_p, path), offs_p)
-        return dx, dw, None, None, None, None, None, None, None
+    return zero_tail(y, offs_p).index_select(0, dest).to(out_dtype)
 
 
 def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
@@ -304,7 +133,7 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
     check_multiple_of_32(owner, "K", K)
     check_multiple_of_32(owner, "N", N)
     if offs.device.type == "cpu" and not torch.compiler.is_compiling():
-        # The offsets are on the host: check them here, under this op's name (on the GPU, padded_rows asserts on the
+        # The offsets are on the host: check them here, under this op's name (on the GPU, padded_row_space asserts on the
         # device).
         M = x.shape[0]
         ends = offs.tolist()
@@ -317,7 +146,8 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
 
 
 def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None = None) -> Tensor:
-    """MXFP8 grouped GEMM, differentiable: bf16 y (M, N) with y_g = x_g · W_gᵀ (see the module docstring), with the
+    """MXFP8 grouped GEMM, differentiable: y (M, N) with y_g = x_g · W_gᵀ in x's dtype (autocast's inside an
+    autocast region) (see the module docstring), with the
     recipe ``config`` (default: ``mxq.MXFP8Config()``).
 
     x (M, K) tokens sorted by expert, w (G, N, K), offs (G,) int32 cumulative group ends on x's device: groups of any
@@ -333,16 +163,21 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None
     config = check_config(owner, config)
     _check_grouped_args(owner, x, w, offs)
     path = grouped_gemm_path(x.device, use_native_gemm(owner, config, x.device))
-    x = x.to(torch.bfloat16).contiguous()
+    M = x.shape[0]
+    offs_p, dest, Mp = padded_row_space(offs.contiguous(), M)
     w_bf16 = w.to(torch.bfloat16).contiguous()
-    return _MXFP8GroupedMM.apply(
-        x,
+    w_operands = layer_weight_operands(w, w_bf16, config.scaling_mode, config.weight_scaling)
+    y = MXGemm.apply(
+        x.to(torch.bfloat16).contiguous(),
         w_bf16,
-        layer_weight_operands(w, w_bf16, config.scaling_mode, config.weight_scaling),
-        offs.contiguous(),
-        *recipe_args(config),
-        path,
+        None,
+        w_operands,
+        None,
+        (offs_p, dest),
+        (Mp, M),
+        gemm_plan("grouped", config, path),
     )
+    return y.to(output_dtype(x))
 
 
 # ---- expert modules ----
@@ -491,3 +326,12 @@ def expert_dims(experts: nn.Module) -> tuple[int, int, int]:
             f"w2 {shapes['w2']}, w3 {shapes['w3']}"
         )
     return G, D, H
+
+
+def __getattr__(name: str):
+    if name == "padded_rows":
+        raise AttributeError(
+            "mxq.moe.padded_rows was renamed mxq.moe.padded_row_space (it returns (offs_p, dest, Mp), the padded row "
+            "space, not a row count)"
+        )
+    raise AttributeError(f"module 'mxq.moe' has no attribute {name!r}")

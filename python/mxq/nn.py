@@ -54,8 +54,9 @@ from torch import Tensor
 from torch import nn as tnn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
+from ._gemm import BLOCK
 from .config import MXFP8Config, check_config
-from .linear import BLOCK, MXFP8Linear, reuse_quantized_weights
+from .linear import MXFP8Linear, reuse_quantized_weights
 from .moe import GroupedExperts, MXFP8GroupedExperts, expert_dims, grouped_mm, is_expert_module
 
 __all__ = ["ConversionSummary", "Converted", "Skipped", "convert", "reuse_quantized_weights"]

@@ -34,10 +34,6 @@ _dequantize = _ops.dequantize.default
 _quantize_weight = _ops.quantize_weight.default
 _quantize_routed = _ops.quantize_routed.default
 
-BACKENDS = ("fused", "composed")
-WEIGHT_SCALINGS = ("1x32", "32x32")
-
-
 _KIND_NAMES = {Tensor: "a torch.Tensor", bool: "a bool", str: "a str", int: "an int"}
 
 
@@ -358,3 +354,10 @@ def quantize_routed(
 def has_cuda_kernels() -> bool:
     """True when the loaded extension registered CUDA impls (built with nvcc and a CUDA-enabled torch)."""
     return torch._C._dispatch_has_kernel_for_dispatch_key("mxq::quantize", "CUDA")
+
+
+def __getattr__(name: str):
+    if name in ("BACKENDS", "WEIGHT_SCALINGS"):
+        field = {"BACKENDS": "activation_quantization_backend", "WEIGHT_SCALINGS": "weight_scaling"}[name]
+        raise AttributeError(f'mxq.ops.{name} was removed: the choices are mxq.config.CHOICES["{field}"]')
+    raise AttributeError(f"module 'mxq.ops' has no attribute {name!r}")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import random
+import re
 import zlib
 from collections.abc import Sequence
 
@@ -23,6 +25,11 @@ OUTPUT_NAMES = {
     "quantize": ("q_row", "s_row", "q_col", "s_col"),
     "quantize_composed": ("q_row", "s_row", "q_col", "s_col"),
 }
+
+
+def raises(exc: type[BaseException], text: str):
+    """pytest.raises for an exception whose message contains ``text`` verbatim (no regex)."""
+    return pytest.raises(exc, match=re.escape(text))
 
 
 def op(name: str):
@@ -88,16 +95,98 @@ def make_offs(M: int, G: int, seed: int, tail: bool = True, align: int = 128) ->
 
 
 def assert_outputs_equal(
-    actual: Sequence[torch.Tensor], expected: Sequence[torch.Tensor], names: Sequence[str], what: str = ""
+    actual: Sequence[torch.Tensor | None],
+    expected: Sequence[torch.Tensor | None],
+    names: Sequence[str] | None = None,
+    what: str = "",
+    *,
+    strides: bool = True,
 ) -> None:
-    """Same dtypes, shapes, strides and raw bytes, output by output."""
-    assert len(actual) == len(expected) == len(names)
+    """The tests' one byte comparison: same dtypes, shapes, strides (unless ``strides=False``) and raw bytes, output
+    by output (a mismatch reports its count, first coordinate, values and bit patterns); None matches only None."""
+    names = [f"[{i}]" for i in range(len(actual))] if names is None else names
+    assert len(actual) == len(expected) == len(names), (len(actual), len(expected), len(names))
     for a, e, n in zip(actual, expected, names):
         label = f"{what}{n}"
+        if a is None or e is None:
+            assert a is None and e is None, f"{label}: {'None' if a is None else 'a tensor'} vs {e!r:.40}"
+            continue
         assert a.dtype == e.dtype, f"{label}: dtype {a.dtype} != {e.dtype}"
         assert a.shape == e.shape, f"{label}: shape {tuple(a.shape)} != {tuple(e.shape)}"
-        assert a.stride() == e.stride(), f"{label}: strides {a.stride()} != {e.stride()}"
+        if strides:
+            assert a.stride() == e.stride(), f"{label}: strides {a.stride()} != {e.stride()}"
         assert_bytes_equal(a, e, label)
+
+
+def assert_bf16_equal_nan_canonical(a: torch.Tensor, b: torch.Tensor, name: str) -> None:
+    """Raw bf16 bytes equal, except that any NaN matches any NaN (payloads and signs of NaN are not specified)."""
+    a, b = a.cpu(), b.cpu()
+    nan = torch.isnan(a.float())
+    assert torch.equal(nan, torch.isnan(b.float())), f"{name}: NaN positions differ"
+    assert_bytes_equal(torch.where(nan, 0, a), torch.where(nan, 0, b), name)
+
+
+def sqnr(ref: torch.Tensor, out: torch.Tensor) -> float:
+    """20·log10(‖ref‖ / ‖ref − out‖) in dB."""
+    ref, out = ref.detach().float(), out.detach().float()
+    return 20 * math.log10(ref.norm().item() / (ref - out).norm().item())
+
+
+# ---- the training layers ----
+
+BARS = (27.0, 25.0, 24.0)  # the layers' SQNR bars: output, input grad, weight grad (dB)
+WEIGHT_SCALINGS = ["32x32", "1x32"]
+
+
+def check_backends_and_bars(run, expected, make_config, weight_scaling: str, device) -> tuple[float, ...]:
+    """The layers' common check: ``run(config)`` -> (y, dx, dW) is bitwise the same for every activation backend and
+    x_colwise mode, and within BARS of ``expected`` (the high-precision layer's). Returns the SQNR figures."""
+    results = {}
+    for backend in ("fused", "composed"):
+        for x_colwise in ("high_precision", "quantized"):
+            config = make_config(
+                weight_scaling=weight_scaling, activation_quantization_backend=backend, x_colwise=x_colwise
+            )
+            results[backend, x_colwise] = run(config)
+    base = results["fused", "high_precision"]
+    for key, got in results.items():
+        assert_outputs_equal(got, base, ("y", "dx", "dW"), f"{key} vs ('fused', 'high_precision'): ", strides=False)
+    figures = tuple(sqnr(exp, got) for got, exp in zip(base, expected))
+    for s, bar, n in zip(figures, BARS, ("output", "input grad", "weight grad")):
+        assert s >= bar, f"{n}: SQNR {s:.2f} dB < {bar} dB (weight_scaling={weight_scaling}, {device})"
+    return figures
+
+
+def record_ops(monkeypatch) -> list:
+    """Records every call the layers make to the extension's ops: they all go through mxq.ops's wrappers, which call
+    the overloads bound in mxq.ops; each is replaced by a recorder. Returns the list of (op name, args, kwargs)."""
+    import mxq.ops
+
+    calls = []
+    for attr, value in list(vars(mxq.ops).items()):
+        if attr.startswith("_") and isinstance(value, torch._ops.OpOverload):
+            name = value._schema.name.split("::")[1]
+
+            def call(*args, _op=value, _name=name, **kwargs):
+                calls.append((_name, args, kwargs))
+                return _op(*args, **kwargs)
+
+            monkeypatch.setattr(mxq.ops, attr, call)
+    return calls
+
+
+def check_scaling_mode_explicit(calls, scaling_mode: str) -> None:
+    """Every quantize op got ``scaling_mode`` as an explicit argument, every dequantize its layout."""
+    assert calls
+    for name, args, kwargs in calls:
+        if name == "quantize_weight":  # (w, scaling_mode, weight_scaling, rowwise, colwise)
+            assert len(args) == 5 and args[1] == scaling_mode, (name, args[1:])
+        elif name == "quantize_routed":  # (x, index, counts, scale, scaling_mode, rowwise, colwise)
+            assert len(args) == 7 and args[4] == scaling_mode, (name, args[4:])
+        elif name.startswith("quantize"):
+            assert len(args) == 4 and args[1] == 32 and args[2] == scaling_mode, (name, args[1:])
+        elif name == "dequantize":
+            assert len(args) == 4 and args[3] in ("blocked", "m_groups", "k_groups"), (name, args[2:])
 
 
 def reference_outputs(name: str, x: torch.Tensor, mode: str, offs: torch.Tensor | None) -> tuple:

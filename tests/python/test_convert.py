@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
 
+import copy
 import importlib.util
 import json
 import os
@@ -17,9 +18,8 @@ import sys
 import mxq
 import torch
 import torch.nn.functional as F
-from helpers import DEVICES
+from helpers import DEVICES, assert_outputs_equal, sqnr
 from mxq import GroupedExperts, MXFP8Config, MXFP8GroupedExperts, MXFP8Linear
-from test_linear import sqnr
 from torch import nn
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -169,6 +169,52 @@ def test_convert_in_place_keeps_modules_parameters_and_classes():
     )
 
 
+@pytest.mark.parametrize("autocast", [False, True], ids=["plain", "autocast"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_converted_module_returns_what_the_module_it_replaced_would(dtype, autocast):
+    """A converted Linear feeding one the converter skips (it overrides forward): the converted model runs in any
+    precision, with and without autocast, and returns the dtypes the unconverted model returns (issue 48): the
+    input's dtype without autocast, autocast's with it. Gradients reach every parameter in its own dtype."""
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(64, 96), _OwnForward(96, 64)).to(dtype)
+    net = copy.deepcopy(ref)
+    summary = mxq.nn.convert(net)
+    assert _names(summary.converted) == ["0"] and _names(summary.skipped) == ["1"]
+    x = torch.randn(64, 64, dtype=dtype)
+    results = []
+    for model in (ref, net):
+        xi = x.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            hidden = model[0](xi)
+            y = model[1](hidden)
+        y.float().square().sum().backward()
+        results.append((hidden, y, xi.grad, [p.grad for p in model.parameters()]))
+    (h_ref, y_ref, dx_ref, g_ref), (h, y, dx, g) = results
+    assert h.dtype == h_ref.dtype == (torch.bfloat16 if autocast else dtype)
+    assert y.dtype == y_ref.dtype and dx.dtype == dx_ref.dtype == dtype
+    assert [t.dtype for t in g] == [t.dtype for t in g_ref] == [dtype] * 4
+    assert sqnr(y_ref, y) >= 20 and sqnr(dx_ref, dx) >= 20
+    assert all(sqnr(a, b) >= 20 for a, b in zip(g_ref, g))
+
+
+def test_grouped_experts_and_dispatcher_return_the_input_or_autocast_dtype():
+    """mxq.grouped_mm, the bf16 reference and the token dispatcher's combined output follow the same rule."""
+    torch.manual_seed(0)
+    x, w = torch.randn(96, 64), torch.randn(4, 32, 64) / 8
+    offs = torch.tensor([32, 40, 40, 90], dtype=torch.int32)
+    scores, ids = torch.rand(96, 2), torch.randint(0, 4, (96, 2))
+    ws = [torch.randn(4, 64, 64) / 8 for _ in range(3)]
+    d = mxq.TokenDispatcher(4)
+    for dtype in (torch.float32, torch.bfloat16):
+        for autocast in (False, True):
+            want = torch.bfloat16 if autocast else dtype
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                xi = x.to(dtype)
+                assert mxq.grouped_mm(xi, w, offs).dtype == want
+                assert mxq.bf16_grouped_mm(xi, w, offs).dtype == want
+                assert d.swiglu(d.dispatch(xi, scores, ids), *ws).dtype == want
+
+
 def test_include_exclude_patterns_and_config():
     net = _Net()
     config = MXFP8Config.recipe("mxfp8_floor", weight_scaling="1x32")
@@ -268,10 +314,14 @@ def _counts(sizes, device):
     return torch.tensor(sizes, dtype=torch.int64, device=device)
 
 
-def _swiglu(x, w1, w2, w3, offs, config=None):
-    """The experts' function on mxq.grouped_mm, called directly: what a converted module must equal bitwise."""
-    mm = mxq.grouped_mm
-    return mm(F.silu(mm(x, w1, offs, config=config)) * mm(x, w3, offs, config=config), w2, offs, config=config)
+def _swiglu(x, w1, w2, w3, offs, config=None, bf16=False):
+    """The experts' function on mxq.grouped_mm, called directly: what a converted module must equal bitwise. With
+    ``bf16``, each GEMM gets bf16 operands and the result comes back in x's dtype, as TorchTitan's seam experts do."""
+
+    def mm(a, w):
+        return mxq.grouped_mm(a.bfloat16() if bf16 else a, w, offs, config=config)
+
+    return mm(F.silu(mm(x, w1)) * mm(x, w3), w2).type_as(x)
 
 
 def _forward_backward(fn, x, params, seed):
@@ -281,14 +331,7 @@ def _forward_backward(fn, x, params, seed):
     y = fn(x)
     dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(seed)).to(y)
     y.backward(dy)
-    return y.detach(), x.grad, [p.grad.clone() for p in params]
-
-
-def _assert_same(a, b):
-    ya, dxa, dwa = a
-    yb, dxb, dwb = b
-    assert torch.equal(ya, yb) and torch.equal(dxa, dxb)
-    assert all(torch.equal(u, v) for u, v in zip(dwa, dwb))
+    return (y.detach(), x.grad, *(p.grad.clone() for p in params))
 
 
 # Group sizes as a token-choice dispatcher hands them over: none a multiple of 32, an empty group.
@@ -311,8 +354,8 @@ def test_seam_experts_equal_direct_grouped_mm(device):
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     params = [e.w1_EFD, e.w2_EDF, e.w3_EFD]
     got = _forward_backward(lambda t: e(t, counts), x, params, 0)
-    want = _forward_backward(lambda t: _swiglu(t, e.w1_EFD, e.w2_EDF, e.w3_EFD, offs, config), x, params, 0)
-    _assert_same(got, want)
+    want = _forward_backward(lambda t: _swiglu(t, e.w1_EFD, e.w2_EDF, e.w3_EFD, offs, config, bf16=True), x, params, 0)
+    assert_outputs_equal(got, want, strides=False)
     assert got[0][-3:].abs().max() == 0 and got[1][-3:].abs().max() == 0  # the tail
 
 
@@ -336,7 +379,7 @@ def test_w123_experts_equal_direct_grouped_mm(device, cls, transposed):
         w1, w2, w3 = (w.transpose(-2, -1) if transposed else w for w in (e.w1, e.w2, e.w3))
         return _swiglu(t, w1, w2, w3, offs)
 
-    _assert_same(got, _forward_backward(direct, x, params, 3))
+    assert_outputs_equal(got, _forward_backward(direct, x, params, 3), strides=False)
 
 
 def test_w123_square_experts_assume_out_in():
@@ -362,7 +405,7 @@ def test_marker_experts_equal_mxfp8_grouped_experts(device):
     offs = torch.cumsum(_counts(SIZES, device), 0, dtype=torch.int32)
     got = _forward_backward(lambda t: mine(t, offs), x, [mine.w1, mine.w2, mine.w3], 4)
     want = _forward_backward(lambda t: ours(t, offs), x, [ours.w1, ours.w2, ours.w3], 4)
-    _assert_same(got, want)
+    assert_outputs_equal(got, want, strides=False)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -14,6 +14,7 @@ import torch_reference as T
 from helpers import (
     OUTPUT_NAMES,
     QUANT_OPS,
+    assert_bf16_equal_nan_canonical,
     assert_outputs_equal,
     make_offs,
     op,
@@ -23,7 +24,6 @@ from helpers import (
     spec4_matrix,
     stable_seed,
 )
-from torch_reference import assert_bytes_equal
 
 pytestmark = requires_cuda
 
@@ -118,12 +118,6 @@ def test_deterministic_across_calls():
             assert_outputs_equal(op(name)(x, 32, "rceil", offs), first, OUTPUT_NAMES[name], f"{name}/repeat/")
 
 
-def _assert_bf16_equal_nan_canonical(a, b, name):
-    nan = torch.isnan(a.float().cpu())
-    assert torch.equal(nan, torch.isnan(b.float().cpu())), f"{name}: NaN positions differ"
-    assert_bytes_equal(torch.where(nan, 0, a.cpu()), torch.where(nan, 0, b.cpu()), name)
-
-
 @pytest.mark.parametrize("grouped", [False, True])
 def test_dequantize_matches_references(grouped):
     M, K = 1024, 512
@@ -136,8 +130,8 @@ def test_dequantize_matches_references(grouped):
         gpu = mxq.dequantize(q.cuda(), s.cuda(), o_cuda, layout=layout)
         assert gpu.is_cuda and gpu.dtype == torch.bfloat16 and gpu.shape == q.shape
         # NaN payloads are not part of the contract (the GPU's fp32 NaN is canonical, the CPU keeps a payload).
-        _assert_bf16_equal_nan_canonical(gpu, mxq.dequantize(q, s, offs, layout=layout), f"{n}/cuda-vs-cpu")
-        _assert_bf16_equal_nan_canonical(gpu, T.dequantize(q, s, offs, layout), f"{n}/cuda-vs-pure-torch")
+        assert_bf16_equal_nan_canonical(gpu, mxq.dequantize(q, s, offs, layout=layout), f"{n}/cuda-vs-cpu")
+        assert_bf16_equal_nan_canonical(gpu, T.dequantize(q, s, offs, layout), f"{n}/cuda-vs-pure-torch")
 
 
 # ---- every byte written (docs/numerics.md §7): outputs land in poisoned cache blocks ----
@@ -185,10 +179,10 @@ def _check_all_ops(results, x_cpu, offs_cpu, label):
     assert_outputs_equal(r, ref[:2], DUAL[:2], f"{label}/1x32/")
     assert_outputs_equal(k, ref[2:], DUAL[2:], f"{label}/32x1/")
     row_layout, col_layout = ("m_groups", "k_groups") if offs_cpu is not None else ("blocked", "blocked")
-    _assert_bf16_equal_nan_canonical(
+    assert_bf16_equal_nan_canonical(
         d_row, T.dequantize(ref[0], ref[1], offs_cpu, row_layout), f"{label}/dequantize rowwise"
     )
-    _assert_bf16_equal_nan_canonical(
+    assert_bf16_equal_nan_canonical(
         d_col, T.dequantize(ref[2].t(), ref[3], offs_cpu, col_layout), f"{label}/dequantize colwise"
     )
 

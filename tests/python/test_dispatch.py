@@ -1,10 +1,10 @@
 """mxq.TokenDispatcher (docs/training.md, "The token dispatcher"): dispatch -> SwiGLU experts -> combine equals the
-unfused path (x[index] -> mxq.grouped_mm per expert GEMM -> scale -> scatter-add) bitwise — output, dx, d scores,
+composed path (x[index] -> mxq.grouped_mm per expert GEMM -> scale -> scatter-add) bitwise — output, dx, d scores,
 dW1, dW2, dW3 — on router-produced and constructed routings (top-k, an expert with no tokens, uneven counts, a token
 picking one expert twice, one expert taking everything), every recipe, bf16 and fp32 inputs; the dispatched operands
 byte-exact against gather -> pad -> mxq.quantize; x quantized once in forward and d(routed y) once in backward (op
 counts); torch.compile(fullgraph=True); a CUDA-graph-captured step; the errors. CPU dispatch (the C++ reference ops)
-everywhere, CUDA where present; the fused routed op where the loaded extension has it, else visibly skipped."""
+everywhere, CUDA where present; both routed quantizations (the fused op and the composed baseline)."""
 
 import pytest
 
@@ -18,21 +18,12 @@ import mxq.dispatch
 import torch
 import torch._inductor.config as inductor_config
 import torch.nn.functional as F
-from helpers import DEVICES, assert_graph_replay_matches_eager, requires_cuda
+from helpers import DEVICES, assert_graph_replay_matches_eager, assert_outputs_equal, requires_cuda
 from mxq import MXFP8Config, TokenDispatcher, grouped_mm
-from mxq.dispatch import fused_op_available, quantize_routed_unfused
-from test_linear import _identical
+from mxq.dispatch import quantize_routed_composed
 from torch.utils._python_dispatch import TorchDispatchMode
 
-ROUTED = [
-    "unfused",
-    pytest.param(
-        "fused",
-        marks=pytest.mark.skipif(
-            not fused_op_available(), reason="the loaded extension has no mxq::quantize_routed (the fused routed op)"
-        ),
-    ),
-]
+ROUTED = ["composed", "fused"]
 CONFIGS = {
     "default": MXFP8Config(),
     "composed_quantized": MXFP8Config(activation_quantization_backend="composed", x_colwise="quantized"),
@@ -68,8 +59,8 @@ def _weights(device, seed=1):
     return [w.to(device) for w in (w1, w2, w3)]
 
 
-def unfused_moe(x, scores, expert_ids, w1, w2, w3, config):
-    """The unfused path, written with today's pieces: sort by expert, gather x[index], mxq.grouped_mm for each expert
+def composed_moe(x, scores, expert_ids, w1, w2, w3, config):
+    """The composed path, written with today's pieces: sort by expert, gather x[index], mxq.grouped_mm for each expert
     GEMM (it pads to 32 and unpads), the gate score multiply rounded to bf16, a deterministic scatter-add."""
     k = expert_ids.shape[1]
     flat = expert_ids.reshape(-1)
@@ -111,7 +102,7 @@ def _inputs(device, dtype, seed=0):
 @pytest.mark.parametrize("config", CONFIGS.values(), ids=CONFIGS.keys())
 @pytest.mark.parametrize("routing", ["router", "duplicate", "one_expert"])
 @pytest.mark.parametrize("device", DEVICES)
-def test_equals_unfused_path_bitwise(device, routing, config, routed):
+def test_equals_composed_path_bitwise(device, routing, config, routed):
     x, dout = _inputs(device, torch.bfloat16)
     scores, ids = _routing(routing, device)
     ws = _weights(device)
@@ -120,8 +111,8 @@ def test_equals_unfused_path_bitwise(device, routing, config, routed):
         assert counts[5] == 0 and (counts % 32 != 0).any(), counts  # an empty expert, uneven counts
     d = TokenDispatcher(E, config=config, routed_quantization=routed)
     got = _run(dispatcher_moe(d), x, scores, ids, ws, dout)
-    want = _run(lambda *a: unfused_moe(*a, config=config), x, scores, ids, ws, dout)
-    _identical(got, want, f"{routing} {routed} {config}", NAMES)
+    want = _run(lambda *a: composed_moe(*a, config=config), x, scores, ids, ws, dout)
+    assert_outputs_equal(got, want, NAMES, f"{routing} {routed} {config}: ", strides=False)
     assert all(torch.count_nonzero(t) > 0 for t in got)
     for g in (3, 4, 5):  # experts with no routed rows get a zero weight gradient
         if counts[g] == 0:
@@ -131,14 +122,14 @@ def test_equals_unfused_path_bitwise(device, routing, config, routed):
 @pytest.mark.parametrize("device", DEVICES)
 def test_fp32_inputs_and_weights(device):
     """fp32 x (cast to bf16 for the routed math, the output cast back), fp32 scores and master weights: still bitwise
-    the unfused path, gradients in the inputs' dtypes."""
+    the composed path, gradients in the inputs' dtypes."""
     x, dout = _inputs(device, torch.float32, seed=3)
     scores, ids = _routing("router", device, seed=3)
     ws = _weights(device, seed=4)
-    d = TokenDispatcher(E, routed_quantization="unfused")
+    d = TokenDispatcher(E, routed_quantization="composed")
     got = _run(dispatcher_moe(d), x, scores, ids, ws, dout)
-    want = _run(lambda *a: unfused_moe(*a, config=MXFP8Config()), x, scores, ids, ws, dout)
-    _identical(got, want, "fp32", NAMES)
+    want = _run(lambda *a: composed_moe(*a, config=MXFP8Config()), x, scores, ids, ws, dout)
+    assert_outputs_equal(got, want, NAMES, "fp32: ", strides=False)
     assert [t.dtype for t in got] == [torch.float32] * 6
 
 
@@ -172,14 +163,14 @@ def test_dispatched_operands_bytes(device, routed):
         assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), f"{name} differs"
 
 
-def test_unfused_routed_quantization_with_scale():
-    """quantize_routed_unfused's scale: the product rounded to x's dtype before quantizing (docs/numerics.md §12)."""
+def test_composed_routed_quantization_with_scale():
+    """quantize_routed_composed's scale: the product rounded to x's dtype before quantizing (docs/numerics.md §12)."""
     g = torch.Generator().manual_seed(7)
     x = torch.randn(10, 64, generator=g, dtype=torch.float32).bfloat16()
     index = torch.tensor([3, 3, 0, 9, 1], dtype=torch.int32)
     counts = torch.tensor([2, 0, 3])
     scale = torch.tensor([0.5, 0.0, 1.7, -3.0, 1e-3])
-    q = quantize_routed_unfused(x, index, counts, scale=scale)
+    q = quantize_routed_composed(x, index, counts, scale=scale)
     assert q.offs_p.tolist() == [32, 32, 64] and q.dest.tolist() == [0, 1, 32, 33, 34] and q.q_row.shape == (128, 64)
     x_p = x.new_zeros(128, 64)
     x_p[[0, 1, 32, 33, 34]] = (x[index.long()].float() * scale.unsqueeze(1)).bfloat16()
@@ -223,11 +214,11 @@ def test_x_quantized_once_and_dy_in_one_routed_pass(routed):
 @pytest.mark.parametrize("device", DEVICES)
 def test_linear_experts_and_combine(device):
     """An mxq_experts="linear" module through TokenDispatcher.experts (grouped_mm on the dispatched operands, then the
-    plain combine) equals the unfused path bitwise."""
+    plain combine) equals the composed path bitwise."""
     x, dout = _inputs(device, torch.bfloat16, seed=8)
     scores, ids = _routing("router", device, seed=8)
     experts = mxq.GroupedExperts(E, D, 64, kind="linear", device=device)
-    d = TokenDispatcher(E, routed_quantization="unfused")
+    d = TokenDispatcher(E, routed_quantization="composed")
 
     def run(fn):
         experts.weight.grad = None
@@ -236,7 +227,7 @@ def test_linear_experts_and_combine(device):
         y.backward(dout[:, :64] if y.shape[1] == 64 else dout)
         return y.detach(), xi.grad, si.grad, experts.weight.grad.clone()
 
-    def unfused(xi, si):
+    def composed(xi, si):
         flat = ids.reshape(-1)
         order = torch.argsort(flat, stable=True)
         index, s = order // TOP_K, si.reshape(-1).float()[order]
@@ -246,8 +237,8 @@ def test_linear_experts_and_combine(device):
         return y_scaled.new_zeros(T, 64).index_put_((index,), y_scaled, accumulate=True)
 
     got = run(lambda xi, si: d.experts(d.dispatch(xi, si, ids), experts))
-    want = run(unfused)
-    _identical(got, want, "linear experts", ("y", "dx", "d scores", "dW"))
+    want = run(composed)
+    assert_outputs_equal(got, want, ("y", "dx", "d scores", "dW"), "linear experts: ", strides=False)
 
 
 @pytest.mark.parametrize("routed", ROUTED)
@@ -264,13 +255,19 @@ def test_compiled_fullgraph_matches_eager(device, routed):
     eager = _run(fn, x, scores, ids, ws, dout)
     torch._dynamo.reset()
     graphs = _run(torch.compile(fn, fullgraph=True, backend="aot_eager"), x, scores, ids, ws, dout)
-    _identical(graphs, eager, "aot_eager vs eager", NAMES)
+    assert_outputs_equal(graphs, eager, NAMES, "aot_eager vs eager: ", strides=False)
     torch._dynamo.reset()
     with inductor_config.patch(emulate_precision_casts=True):
         compiled = _run(torch.compile(fn, fullgraph=True), x, scores, ids, ws, dout)
     if device == "cpu" and torch.__version__ >= "2.15":  # checked bitwise there; torch 2.11's inductor rounds apart
         keep = [0, 1, 3, 4, 5]
-        _identical([compiled[i] for i in keep], [eager[i] for i in keep], "inductor vs eager", [NAMES[i] for i in keep])
+        assert_outputs_equal(
+            [compiled[i] for i in keep],
+            [eager[i] for i in keep],
+            [NAMES[i] for i in keep],
+            "inductor vs eager: ",
+            strides=False,
+        )
         torch.testing.assert_close(compiled[2], eager[2], rtol=1e-5, atol=1e-5)
         return
     for name, c, e in zip(NAMES, compiled, eager):  # a bf16 intermediate rounded otherwise moves e4m3 codes a step
@@ -315,20 +312,25 @@ def test_cuda_graph_training_step(routed):
     assert_graph_replay_matches_eager(loss_of, eager_ws, graph_ws, data, 0.5)
 
 
-def test_errors(monkeypatch):
+def test_errors():
     x = torch.randn(8, 64)
     scores, ids = torch.rand(8, 2), torch.randint(0, 4, (8, 2))
-    d = TokenDispatcher(4, routed_quantization="unfused")
-    with pytest.raises(ValueError, match=r'^mxq.TokenDispatcher: routed_quantization must be "fused" or "unfused"'):
+    d = TokenDispatcher(4, routed_quantization="composed")
+    with pytest.raises(ValueError, match=r'^mxq.TokenDispatcher: routed_quantization must be "fused" or "composed"'):
         TokenDispatcher(4, routed_quantization="triton")
     with pytest.raises(ValueError, match="^mxq.TokenDispatcher: num_experts must be at least 1, got 0$"):
         TokenDispatcher(0)
     with pytest.raises(TypeError, match="^mxq.TokenDispatcher: config must be a mxq.MXFP8Config or None, got str$"):
-        TokenDispatcher(4, config="rceil", routed_quantization="unfused")
-    monkeypatch.setattr(mxq.dispatch, "fused_op_available", lambda: False)
-    with pytest.raises(RuntimeError, match='^mxq.TokenDispatcher: routed_quantization="fused" needs the op'):
-        TokenDispatcher(4)
-    monkeypatch.undo()
+        TokenDispatcher(4, config="rceil", routed_quantization="composed")
+    with pytest.raises(ValueError, match='^mxq.TokenDispatcher: routed_quantization "unfused" was renamed "composed"'):
+        TokenDispatcher(4, routed_quantization="unfused")
+    renamed = {
+        "quantize_routed_unfused": "renamed mxq.dispatch.quantize_routed_composed",
+        "fused_op_available": "removed",
+    }
+    for old, new in renamed.items():
+        with pytest.raises(AttributeError, match=f"^mxq.dispatch.{old} was {new}"):
+            getattr(mxq.dispatch, old)
     with pytest.raises(ValueError, match=r"expert_ids must be in \[0, 4\), got values from 0 to 4$"):
         d.dispatch(x, scores, torch.tensor([[0, 4]] * 8))
     with pytest.raises(ValueError, match=r"expert_ids must be in \[0, 4\), got values from -1 to"):

@@ -9,7 +9,7 @@ import re
 
 import mxq
 import torch
-from helpers import DEVICES, QUANT_OPS, op, requires_cuda
+from helpers import DEVICES, QUANT_OPS, op, raises, requires_cuda
 
 
 def _x(device, M=256, K=256, dtype=torch.bfloat16):
@@ -23,67 +23,63 @@ def _offs(device, values=(128, 256)):
 OUT_RULE = "mxq.quantize: out must be an MXTensors, or a tuple or list of 4 (q_row, s_row, q_col, s_col), "
 
 
-def _raises(exc, text):
-    return pytest.raises(exc, match=re.escape(text))
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", QUANT_OPS)
 class TestQuantizeArguments:
     def test_x_dtype(self, name, device):
-        with _raises(
+        with raises(
             TypeError, f"mxq.{name}: x must be torch.bfloat16, torch.float16 or torch.float32, got torch.float64"
         ):
             op(name)(_x(device, dtype=torch.float64))
 
     def test_x_rank(self, name, device):
-        with _raises(ValueError, f"mxq.{name}: x must be 2-D (M, K), got a 3-D tensor of shape [2, 128, 128]"):
+        with raises(ValueError, f"mxq.{name}: x must be 2-D (M, K), got a 3-D tensor of shape [2, 128, 128]"):
             op(name)(torch.zeros(2, 128, 128, dtype=torch.bfloat16, device=device))
 
     def test_x_contiguous(self, name, device):
-        with _raises(
+        with raises(
             ValueError, f"mxq.{name}: x must be contiguous (row-major), got strides [1, 128] for shape [128, 256]"
         ):
             op(name)(_x(device, 256, 128).t())
 
     def test_block_size(self, name, device):
-        with _raises(ValueError, f"mxq.{name}: block_size must be 32, got 16"):
+        with raises(ValueError, f"mxq.{name}: block_size must be 32, got 16"):
             op(name)(_x(device), 16)
 
     def test_scaling_mode(self, name, device):
-        with _raises(ValueError, f'mxq.{name}: scaling_mode must be "rceil" or "floor", got "ceil"'):
+        with raises(ValueError, f'mxq.{name}: scaling_mode must be "rceil" or "floor", got "ceil"'):
             op(name)(_x(device), 32, "ceil")
-        with _raises(ValueError, 'got "RCEIL"'):  # exact strings, no case folding
+        with raises(ValueError, 'got "RCEIL"'):  # exact strings, no case folding
             op(name)(_x(device), 32, "RCEIL")
 
     def test_offs_dtype(self, name, device):
-        with _raises(TypeError, f"mxq.{name}: offs must be torch.int32, got torch.int64"):
+        with raises(TypeError, f"mxq.{name}: offs must be torch.int32, got torch.int64"):
             op(name)(_x(device), offs=_offs(device).long())
 
     def test_offs_rank(self, name, device):
-        with _raises(ValueError, f"mxq.{name}: offs must be 1-D (G,), got a 2-D tensor of shape [1, 2]"):
+        with raises(ValueError, f"mxq.{name}: offs must be 1-D (G,), got a 2-D tensor of shape [1, 2]"):
             op(name)(_x(device), offs=_offs(device).view(1, 2))
 
     def test_offs_empty(self, name, device):
-        with _raises(ValueError, f"mxq.{name}: offs must hold 1 to 1024 group end offsets, got G=0"):
+        with raises(ValueError, f"mxq.{name}: offs must hold 1 to 1024 group end offsets, got G=0"):
             op(name)(_x(device), offs=_offs(device, ()))
 
     def test_offs_too_many_groups(self, name, device):
-        with _raises(ValueError, f"mxq.{name}: offs must hold 1 to 1024 group end offsets, got G=1025"):
+        with raises(ValueError, f"mxq.{name}: offs must hold 1 to 1024 group end offsets, got G=1025"):
             op(name)(_x(device), offs=torch.zeros(1025, dtype=torch.int32, device=device))
 
     def test_m_alignment(self, name, device):  # one rule on every device and path
-        with _raises(ValueError, f"mxq.{name}: M must be a multiple of 32, got 48"):
+        with raises(ValueError, f"mxq.{name}: M must be a multiple of 32, got 48"):
             op(name)(_x(device, 48, 256))
 
     def test_k_alignment(self, name, device):
-        with _raises(ValueError, f"mxq.{name}: K must be a multiple of 32, got 2896"):
+        with raises(ValueError, f"mxq.{name}: K must be a multiple of 32, got 2896"):
             op(name)(_x(device, 256, 2896))
 
     def test_x_misaligned(self, name, device):
         flat = torch.zeros(256 * 256 + 8, dtype=torch.bfloat16, device=device)
         x = flat[1 : 1 + 256 * 256].view(256, 256)  # contiguous, but 2 bytes past a 16-byte boundary
-        with _raises(ValueError, f"mxq.{name}: x must be 16-byte aligned, got address"):
+        with raises(ValueError, f"mxq.{name}: x must be 16-byte aligned, got address"):
             op(name)(x)
 
     def test_messages_are_for_users(self, name, device):
@@ -108,17 +104,17 @@ def test_cpu_reference_rejects_malformed_offs(name):
         (80,): "offs[0]=80 is not a multiple of 32 (group sizes must be)",
     }
     for values, text in cases.items():
-        with _raises(ValueError, f"mxq.{name}: {text}"):
+        with raises(ValueError, f"mxq.{name}: {text}"):
             op(name)(x, offs=_offs("cpu", values))
 
 
 @requires_cuda
 @pytest.mark.parametrize("name", QUANT_OPS)
 def test_cuda_device_mismatch(name):
-    with _raises(ValueError, f"mxq.{name}: offs must be on x's device (cuda:0), got cpu"):
+    with raises(ValueError, f"mxq.{name}: offs must be on x's device (cuda:0), got cpu"):
         op(name)(_x("cuda"), offs=_offs("cpu"))
     # x on the CPU with offs on CUDA dispatches to the CUDA key; the impl still names x's device.
-    with _raises(ValueError, f"mxq.{name}: offs must be on x's device (cpu), got cuda:0"):
+    with raises(ValueError, f"mxq.{name}: offs must be on x's device (cpu), got cuda:0"):
         op(name)(_x("cpu"), offs=_offs("cuda"))
 
 
@@ -147,54 +143,54 @@ class TestDequantizeArguments:
 
     def test_q_dtype(self, device):
         _q_row, s_row, _, _ = self._q(device)
-        with _raises(TypeError, "mxq.dequantize: q must be torch.float8_e4m3fn, got torch.bfloat16"):
+        with raises(TypeError, "mxq.dequantize: q must be torch.float8_e4m3fn, got torch.bfloat16"):
             mxq.dequantize(_x(device), s_row)
 
     def test_q_rank(self, device):
         q_row, s_row, _, _ = self._q(device)
-        with _raises(ValueError, "mxq.dequantize: q must be 2-D (rows, cols), got a 1-D tensor"):
+        with raises(ValueError, "mxq.dequantize: q must be 2-D (rows, cols), got a 1-D tensor"):
             mxq.dequantize(q_row.view(-1), s_row)
 
     def test_q_contiguous(self, device):
         _, _, q_col, s_col = self._q(device)
-        with _raises(ValueError, "for colwise data pass q_col.t(), the (K, M) array"):
+        with raises(ValueError, "for colwise data pass q_col.t(), the (K, M) array"):
             mxq.dequantize(q_col, s_col)
 
     def test_scales_dtype(self, device):
         q_row, s_row, _, _ = self._q(device)
-        with _raises(TypeError, "mxq.dequantize: scales must be torch.float8_e8m0fnu, got torch.uint8"):
+        with raises(TypeError, "mxq.dequantize: scales must be torch.float8_e8m0fnu, got torch.uint8"):
             mxq.dequantize(q_row, s_row.view(torch.uint8))
 
     def test_scales_shape(self, device):
         q_row, s_row, _, _ = self._q(device)
-        with _raises(
+        with raises(
             ValueError,
             "mxq.dequantize: scales must have shape [256, 8] for q of shape [256, 256] (blocked layout), got [128, 8]",
         ):
             mxq.dequantize(q_row, s_row[:128])
-        with _raises(ValueError, "scales must have shape [256, 16] for q of shape [256, 256] (k_groups layout)"):
+        with raises(ValueError, "scales must have shape [256, 16] for q of shape [256, 256] (k_groups layout)"):
             mxq.dequantize(q_row, s_row, _offs(device), layout="k_groups")
-        with _raises(ValueError, "scales must have shape [512, 8] for q of shape [256, 256] (m_groups layout)"):
+        with raises(ValueError, "scales must have shape [512, 8] for q of shape [256, 256] (m_groups layout)"):
             mxq.dequantize(q_row, s_row, _offs(device), layout="m_groups")
 
     def test_layout(self, device):
         q_row, s_row, _, _ = self._q(device)
-        with _raises(ValueError, 'mxq.dequantize: layout must be "blocked", "m_groups" or "k_groups", got "rows"'):
+        with raises(ValueError, 'mxq.dequantize: layout must be "blocked", "m_groups" or "k_groups", got "rows"'):
             mxq.dequantize(q_row, s_row, layout="rows")
-        with _raises(ValueError, "mxq.dequantize: the blocked layout takes no offs"):
+        with raises(ValueError, "mxq.dequantize: the blocked layout takes no offs"):
             mxq.dequantize(q_row, s_row, _offs(device))
-        with _raises(ValueError, "mxq.dequantize: the grouped layouts need offs"):
+        with raises(ValueError, "mxq.dequantize: the grouped layouts need offs"):
             mxq.dequantize(q_row, s_row, layout="m_groups")
 
     def test_cols_alignment(self, device):
         q = torch.zeros(128, 48, dtype=torch.float8_e4m3fn, device=device)
         s = torch.zeros(128, 4, dtype=torch.float8_e8m0fnu, device=device)
-        with _raises(ValueError, "mxq.dequantize: cols must be a multiple of 32, got 48"):
+        with raises(ValueError, "mxq.dequantize: cols must be a multiple of 32, got 48"):
             mxq.dequantize(q, s)
 
     def test_offs_dtype(self, device):
         q_row, s_row, _, _ = self._q(device)
-        with _raises(TypeError, "mxq.dequantize: offs must be torch.int32, got torch.int64"):
+        with raises(TypeError, "mxq.dequantize: offs must be torch.int32, got torch.int64"):
             mxq.dequantize(q_row, s_row, _offs(device).long(), layout="m_groups")
 
 
@@ -203,13 +199,13 @@ class TestDequantizeArguments:
 
 def test_quantize_wrapper_arguments():
     x = _x("cpu")
-    with _raises(ValueError, 'mxq.quantize: backend must be "fused" or "composed", got "triton"'):
+    with raises(ValueError, 'mxq.quantize: backend must be "fused" or "composed", got "triton"'):
         mxq.quantize(x, backend="triton")
-    with _raises(ValueError, 'mxq.quantize: scaling_mode must be "rceil" or "floor", got "even"'):
+    with raises(ValueError, 'mxq.quantize: scaling_mode must be "rceil" or "floor", got "even"'):
         mxq.quantize(x, scaling_mode="even")
-    with _raises(ValueError, 'mxq.quantize: backend="composed" quantizes both axes'):
+    with raises(ValueError, 'mxq.quantize: backend="composed" quantizes both axes'):
         mxq.quantize(x, colwise=False, backend="composed")
-    with _raises(ValueError, "mxq.quantize: at least one of rowwise and colwise must be True"):
+    with raises(ValueError, "mxq.quantize: at least one of rowwise and colwise must be True"):
         mxq.quantize(x, rowwise=False, colwise=False)
 
 
@@ -257,7 +253,7 @@ def test_dequantize_colwise_names_its_own_argument():
     """A row-major q_col (not the (1, M)-strided tensor quantize returns): the message names q_col and its own
     strides, not the op's q and the strides of the wrapper's transpose."""
     t = mxq.quantize(_x("cpu", 256, 128))
-    with _raises(
+    with raises(
         ValueError,
         "mxq.dequantize_colwise: q_col must have strides (1, M) as quantize returns it "
         "(q_col.t() contiguous), got strides (128, 1) for shape [256, 128]",
@@ -276,7 +272,7 @@ def test_validate_offs_messages(device):
         ((), "mxq.validate_offs: offs must hold 1 to 1024 group end offsets, got G=0"),
     ]
     for values, text in cases:
-        with _raises(ValueError, text):
+        with raises(ValueError, text):
             mxq.validate_offs(_offs(device, values), M)
     # M itself, checked first as the ops check it (48 passed, -32 was reported as offs[0]=0 exceeding it).
     for bad_M, rule in (
@@ -284,9 +280,9 @@ def test_validate_offs_messages(device):
         (-32, "must be non-negative, got -32"),
         (2**40, "must be at most 2^31-1, got 1099511627776"),
     ):
-        with _raises(ValueError, f"mxq.validate_offs: M {rule}"):
+        with raises(ValueError, f"mxq.validate_offs: M {rule}"):
             mxq.validate_offs(_offs(device, (0,)), bad_M)
-    with _raises(TypeError, "mxq.validate_offs: offs must be torch.int32, got torch.int64"):
+    with raises(TypeError, "mxq.validate_offs: offs must be torch.int32, got torch.int64"):
         mxq.validate_offs(_offs(device).long(), M)
-    with _raises(ValueError, "mxq.validate_offs: offs must be 1-D (G,), got a 2-D tensor of shape [1, 2]"):
+    with raises(ValueError, "mxq.validate_offs: offs must be 1-D (G,), got a 2-D tensor of shape [1, 2]"):
         mxq.validate_offs(_offs(device).view(1, 2), M)

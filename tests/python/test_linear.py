@@ -15,19 +15,20 @@ import math
 import mxq
 import mxq.linear
 import torch
-from helpers import DEVICES, assert_graph_replay_matches_eager, requires_cuda
+from helpers import (
+    DEVICES,
+    WEIGHT_SCALINGS,
+    assert_graph_replay_matches_eager,
+    assert_outputs_equal,
+    check_backends_and_bars,
+    check_scaling_mode_explicit,
+    record_ops,
+    requires_cuda,
+    sqnr,
+)
 from mxq import MXFP8Config, MXFP8Linear
 from mxq.linear import native_mx_gemm
 from torch import nn
-
-BARS = (27.0, 25.0, 24.0)  # output, input grad, weight grad (dB)
-WEIGHT_SCALINGS = ["32x32", "1x32"]
-
-
-def sqnr(ref: torch.Tensor, out: torch.Tensor) -> float:
-    """20·log10(‖ref‖ / ‖ref − out‖) in dB."""
-    ref, out = ref.detach().float(), out.detach().float()
-    return 20 * math.log10(ref.norm().item() / (ref - out).norm().item())
 
 
 def _run(module, x, dy):
@@ -50,32 +51,15 @@ def _setup(device, M, K, N, seed=0, bias=False):
     return ref, x, dy
 
 
-def _identical(a, b, what, names=("y", "dx", "dW")):
-    for t, u, n in zip(a, b, names):
-        assert t.dtype == u.dtype and t.shape == u.shape, f"{what}: {n} {t.dtype} {t.shape} vs {u.dtype} {u.shape}"
-        assert torch.equal(t.contiguous().view(torch.int16), u.contiguous().view(torch.int16)), (
-            f"{what}: {n} differs bitwise"
-        )
-
-
 def _check(device, M, K, N, weight_scaling):
     ref, x, dy = _setup(device, M, K, N)
-    expected = _run(ref, x, dy)
-    results = {}
-    for backend in ("fused", "composed"):
-        for x_colwise in ("high_precision", "quantized"):
-            config = MXFP8Config(
-                weight_scaling=weight_scaling, activation_quantization_backend=backend, x_colwise=x_colwise
-            )
-            m = MXFP8Linear.from_linear(ref, config=config)
-            results[backend, x_colwise] = _run(m, x, dy)
-    base = results["fused", "high_precision"]
-    for key, got in results.items():
-        _identical(got, base, f"{key} vs ('fused', 'high_precision')")
-    figures = [sqnr(exp, got) for got, exp in zip(base, expected)]
-    for s, bar, n in zip(figures, BARS, ("output", "input grad", "weight grad")):
-        assert s >= bar, f"{n}: SQNR {s:.2f} dB < {bar} dB (weight_scaling={weight_scaling}, {device})"
-    return figures
+    return check_backends_and_bars(
+        lambda config: _run(MXFP8Linear.from_linear(ref, config=config), x, dy),
+        _run(ref, x, dy),
+        MXFP8Config,
+        weight_scaling,
+        device,
+    )
 
 
 @pytest.mark.parametrize("weight_scaling", WEIGHT_SCALINGS)
@@ -113,50 +97,21 @@ def test_gemm_operands_bytes(device, weight_scaling, scaling_mode):
         deq(q_dy, s_dy, None, "blocked") @ w_col.t(),
         deq(q_dy_col.t(), s_dy_col, None, "blocked") @ deq(q_x_col.t(), s_x_col, None, "blocked").t(),
     )
-    _identical(got, expected, f"{weight_scaling} {scaling_mode}")
+    assert_outputs_equal(got, expected, ("y", "dx", "dW"), f"{weight_scaling} {scaling_mode}: ", strides=False)
     if weight_scaling == "32x32":
         # One byte set: the forward (along K) and dgrad (along N) weight operands hold the same values.
         assert torch.equal(w_row.view(torch.int16), w_col.t().view(torch.int16))
         assert torch.equal(q_w.view(torch.uint8), q_w_col.view(torch.uint8))
 
 
-class _RecordingOps:
-    """Stands in for torch.ops.mxq in a module, recording every call's arguments."""
-
-    def __init__(self):
-        self.calls = []
-
-    def __getattr__(self, name):
-        op = getattr(torch.ops.mxq, name)
-
-        def call(*args, **kwargs):
-            self.calls.append((name, args, kwargs))
-            return op(*args, **kwargs)
-
-        return call
-
-
-def check_scaling_mode_explicit(calls, scaling_mode):
-    """Every quantize op got ``scaling_mode`` as an explicit argument, every dequantize its layout."""
-    assert calls
-    for name, args, kwargs in calls:
-        if name == "quantize_weight":
-            assert kwargs.get("scaling_mode") == scaling_mode and "weight_scaling" in kwargs, (name, kwargs)
-        elif name.startswith("quantize"):
-            assert len(args) == 4 and args[1] == 32 and args[2] == scaling_mode, (name, args[1:])
-        elif name == "dequantize":
-            assert len(args) == 4 and args[3] in ("blocked", "m_groups", "k_groups"), (name, args[2:])
-
-
 @pytest.mark.parametrize("scaling_mode", ["rceil", "floor"])
 def test_scaling_mode_passed_explicitly_to_every_op(monkeypatch, scaling_mode):
-    rec = _RecordingOps()
-    monkeypatch.setattr(mxq.linear, "_ops", rec)
+    calls = record_ops(monkeypatch)
     ref, x, dy = _setup("cpu", 64, 64, 64)
     _run(MXFP8Linear.from_linear(ref, config=MXFP8Config(scaling_mode=scaling_mode)), x, dy)
-    names = [c[0] for c in rec.calls]
+    names = [c[0] for c in calls]
     assert names.count("quantize_weight") == 1 and "quantize" in names and "quantize_colwise" in names, names
-    check_scaling_mode_explicit(rec.calls, scaling_mode)
+    check_scaling_mode_explicit(calls, scaling_mode)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -185,14 +140,14 @@ def test_non_contiguous_dy_and_leading_dims(device):
     m.weight.grad = None
     want = _run(m, x, dy.contiguous())
     assert got[0].shape == (4, 2, 16, 64) and got[1].shape == x.shape
-    _identical(got, want, "non-contiguous dy")
+    assert_outputs_equal(got, want, ("y", "dx", "dW"), "non-contiguous dy: ", strides=False)
 
 
 def test_gemm_auto_is_the_emulation_on_cpu():
     ref, x, dy = _setup("cpu", 64, 128, 64)
     auto = _run(MXFP8Linear.from_linear(ref), x, dy)
     emulated = _run(MXFP8Linear.from_linear(ref, config=MXFP8Config(gemm="emulated")), x, dy)
-    _identical(auto, emulated, "auto vs emulated")
+    assert_outputs_equal(auto, emulated, ("y", "dx", "dW"), "auto vs emulated: ", strides=False)
     assert not native_mx_gemm(torch.device("cpu"))
 
 
@@ -203,7 +158,7 @@ def test_emulated_gemm_below_sm100():
     ref, x, dy = _setup("cuda", 256, 256, 256)
     auto = _run(MXFP8Linear.from_linear(ref), x, dy)
     emulated = _run(MXFP8Linear.from_linear(ref, config=MXFP8Config(gemm="emulated")), x, dy)
-    _identical(auto, emulated, "auto vs emulated")
+    assert_outputs_equal(auto, emulated, ("y", "dx", "dW"), "auto vs emulated: ", strides=False)
 
 
 @requires_cuda
@@ -230,7 +185,7 @@ def test_compiled_fullgraph_forward_backward_matches_eager(device):
     # y may differ in the last bit: inductor may fold the bias add into the GEMM (one rounding instead of two).
     torch.testing.assert_close(got[0], eager[0], rtol=2**-7, atol=2**-5)
     if device == "cpu":  # the gradients come from the same dy through the same ops and matmuls
-        _identical(got[1:], eager[1:], "compiled vs eager", ("dx", "dW", "db"))
+        assert_outputs_equal(got[1:], eager[1:], ("dx", "dW", "db"), "compiled vs eager: ", strides=False)
     else:
         for a, b in zip(got[1:], eager[1:]):
             torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-3)
@@ -310,6 +265,7 @@ def test_argument_type_bias_device_and_capability_errors():
 @pytest.mark.parametrize(
     "option, value",
     [
+        ("format", "fp8_blockwise"),
         ("weight_scaling", "16x16"),
         ("activation_quantization_backend", "triton"),
         ("x_colwise", "fp8"),
@@ -328,6 +284,7 @@ def test_config_option_errors(option, value):
 
 def test_config_recipes():
     assert MXFP8Config.recipe("mxfp8_rceil") == MXFP8Config()
+    assert all(r.format == "mxfp8" for r in mxq.config.RECIPES.values())  # the format is a field of every recipe
     assert MXFP8Config() == MXFP8Config("32x32", "fused", "high_precision", "rceil", "auto")
     assert MXFP8Config.recipe("mxfp8_floor").scaling_mode == "floor"
     assert MXFP8Config.recipe("mxfp8_rceil_1x32", gemm="emulated") == MXFP8Config(

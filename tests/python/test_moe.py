@@ -15,12 +15,22 @@ import subprocess
 import sys
 
 import mxq
+import mxq._gemm
 import mxq.linear
 import mxq.moe
 import torch
-from helpers import DEVICES, assert_graph_replay_matches_eager, requires_cuda
+from helpers import (
+    DEVICES,
+    WEIGHT_SCALINGS,
+    assert_graph_replay_matches_eager,
+    assert_outputs_equal,
+    check_backends_and_bars,
+    check_scaling_mode_explicit,
+    record_ops,
+    requires_cuda,
+    sqnr,
+)
 from mxq import GroupedExperts, MXFP8Config, MXFP8GroupedExperts, bf16_grouped_mm, grouped_mm
-from test_linear import BARS, WEIGHT_SCALINGS, _identical, _RecordingOps, check_scaling_mode_explicit, sqnr
 
 # G = 8: uneven 32-multiple groups, an empty one (index 2), and a 128-row tail past offs[-1].
 SIZES = [96, 160, 0, 64, 224, 32, 128, 192]
@@ -52,24 +62,13 @@ def _run(fn, x, w, dy):
 
 def _check(device, K, N, weight_scaling):
     x, w, dy, offs = _data(device, K, N)
-    expected = _run(lambda a, b: bf16_grouped_mm(a, b, offs), x, w, dy)
-    results = {}
-    for backend in ("fused", "composed"):
-        for x_colwise in ("high_precision", "quantized"):
-            opts = {
-                "weight_scaling": weight_scaling,
-                "activation_quantization_backend": backend,
-                "x_colwise": x_colwise,
-            }
-            config = MXFP8Config(**opts)
-            results[backend, x_colwise] = _run(lambda a, b, c=config: grouped_mm(a, b, offs, config=c), x, w, dy)
-    base = results["fused", "high_precision"]
-    for key, got in results.items():
-        _identical(got, base, f"{key} vs ('fused', 'high_precision')")
-    figures = [sqnr(exp, got) for got, exp in zip(base, expected)]
-    for s, bar, n in zip(figures, BARS, ("output", "input grad", "weight grad")):
-        assert s >= bar, f"{n}: SQNR {s:.2f} dB < {bar} dB (weight_scaling={weight_scaling}, {device})"
-    return figures
+    return check_backends_and_bars(
+        lambda config: _run(lambda a, b: grouped_mm(a, b, offs, config=config), x, w, dy),
+        _run(lambda a, b: bf16_grouped_mm(a, b, offs), x, w, dy),
+        MXFP8Config,
+        weight_scaling,
+        device,
+    )
 
 
 @pytest.mark.parametrize("weight_scaling", WEIGHT_SCALINGS)
@@ -130,22 +129,20 @@ def test_gemm_operands_bytes(device, weight_scaling, scaling_mode):
         offs=offs,
     )
     expected = (torch.where(covered, y, zero), torch.where(covered, dx, zero), torch.where(nonempty, dw, zero))
-    _identical(got, expected, f"{weight_scaling} {scaling_mode}")
+    assert_outputs_equal(got, expected, ("y", "dx", "dW"), f"{weight_scaling} {scaling_mode}: ", strides=False)
     if weight_scaling == "32x32":  # one byte set serves the forward and dgrad operands
         assert torch.equal(w_row.view(torch.int16), w_col.transpose(-2, -1).view(torch.int16))
 
 
 @pytest.mark.parametrize("scaling_mode", ["rceil", "floor"])
 def test_scaling_mode_passed_explicitly_to_every_op(monkeypatch, scaling_mode):
-    rec = _RecordingOps()
-    monkeypatch.setattr(mxq.linear, "_ops", rec)
-    monkeypatch.setattr(mxq.moe, "_ops", rec)
+    calls = record_ops(monkeypatch)
     x, w, dy, offs = _data("cpu", 64, 64)
     _run(lambda a, b: grouped_mm(a, b, offs, config=MXFP8Config(scaling_mode=scaling_mode)), x, w, dy)
-    names = [c[0] for c in rec.calls]
+    names = [c[0] for c in calls]
     assert names.count("quantize_weight") == 1 and "quantize" in names and "quantize_colwise" in names, names
-    assert {c[3] for c in (call[1] for call in rec.calls if call[0] == "dequantize")} == {"m_groups", "k_groups"}
-    check_scaling_mode_explicit(rec.calls, scaling_mode)
+    assert {c[3] for c in (call[1] for call in calls if call[0] == "dequantize")} == {"m_groups", "k_groups"}
+    check_scaling_mode_explicit(calls, scaling_mode)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -160,7 +157,7 @@ def test_tail_and_empty_groups(device):
     x_bad[start:, 1::3] = float("inf")
     dy_bad[start:] = float("nan")
     dirty = _run(lambda a, b: grouped_mm(a, b, offs), x_bad, w, dy_bad)
-    _identical(dirty, clean, "NaN tail vs clean")
+    assert_outputs_equal(dirty, clean, ("y", "dx", "dW"), "NaN tail vs clean: ", strides=False)
     y, dx, dw = clean
     assert torch.count_nonzero(y[start:]) == 0 and torch.count_nonzero(dx[start:]) == 0
     assert torch.count_nonzero(dw[2]) == 0  # the empty group
@@ -182,7 +179,7 @@ def test_per_group_fallback_matches_grouped_mm(monkeypatch):
     x, w, dy, offs = _data("cpu", 64, 96)
     fast = _run(lambda a, b: grouped_mm(a, b, offs), x, w, dy)
     assert mxq.moe.grouped_gemm_path(torch.device("cpu")) == "emulated_grouped_mm"
-    monkeypatch.setattr(mxq.moe, "bf16_grouped_mm_available", lambda device: False)
+    monkeypatch.setattr(mxq._gemm, "bf16_grouped_mm_available", lambda device: False)
     assert mxq.moe.grouped_gemm_path(torch.device("cpu")) == "emulated_per_group"
     slow = _run(lambda a, b: grouped_mm(a, b, offs), x, w, dy)
     ref_slow = _run(lambda a, b: bf16_grouped_mm(a, b, offs), x, w, dy)
@@ -247,7 +244,9 @@ def test_compiled_fullgraph_forward_backward_matches_eager(device, sizes):
     compiled = run(compiled_mod)
     y_eager, y_compiled = m(x, offs), compiled_mod(x, offs)
     if device == "cpu":
-        _identical((y_compiled, *compiled), (y_eager, *eager), "compiled vs eager")
+        assert_outputs_equal(
+            (y_compiled, *compiled), (y_eager, *eager), ("y", "dx", "dW"), "compiled vs eager: ", strides=False
+        )
     else:
         for a, b in zip((y_compiled, *compiled), (y_eager, *eager)):
             torch.testing.assert_close(a, b, rtol=2**-7, atol=1e-3)
@@ -365,20 +364,24 @@ def test_groups_of_any_size_equal_padding_by_hand(device, config, sizes, dtype):
     dy_p, _ = _pad_by_hand(dy, sizes, tail)
     offs_p = _offs([n + (-n % 32) for n in sizes], device)
     y_p, dx_p, dw = _run(lambda a, b: grouped_mm(a, b, offs_p, config=config), x_p, w, dy_p)
-    _identical(got, (y_p[keep], dx_p[keep], dw), f"{sizes} {dtype} {config}")
+    assert_outputs_equal(
+        got, (y_p[keep], dx_p[keep], dw), ("y", "dx", "dW"), f"{sizes} {dtype} {config}: ", strides=False
+    )
     assert torch.count_nonzero(got[0][-tail:]) == 0 and torch.count_nonzero(got[1][-tail:]) == 0
     empty = [g for g, n in enumerate(sizes) if n == 0]
     assert all(torch.count_nonzero(got[2][g]) == 0 for g in empty)
 
 
-def test_padded_rows_layout():
+def test_padded_row_space_layout():
     """docs/numerics.md §12: group g starts at P_g = Σ roundup(n_j, 32); the tail follows the last padded end; the
     buffer has roundup(M + 31·G, 32) rows."""
     offs = torch.tensor([37, 37, 38, 70], dtype=torch.int32)  # sizes 37, 0, 1, 32; M = 75: a 5-row tail
-    offs_p, dest, Mp = mxq.moe.padded_rows(offs, 75)
+    offs_p, dest, Mp = mxq.moe.padded_row_space(offs, 75)
     assert offs_p.tolist() == [64, 64, 96, 128] and offs_p.dtype == torch.int32
     assert dest.tolist() == [*range(37), 64, *range(96, 128), *range(128, 133)]
     assert Mp == 224  # roundup(75 + 31·4, 32)
+    with pytest.raises(AttributeError, match="^mxq.moe.padded_rows was renamed mxq.moe.padded_row_space"):
+        mxq.moe.padded_rows  # noqa: B018
 
 
 @requires_cuda

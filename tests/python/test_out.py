@@ -6,11 +6,10 @@ import pytest
 
 pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
 
-import re
 
 import mxq
 import torch
-from helpers import DEVICES, make_offs, random_bf16, requires_cuda, stable_seed
+from helpers import DEVICES, assert_outputs_equal, make_offs, raises, random_bf16, requires_cuda, stable_seed
 
 NAMES = mxq.MXTensors._fields
 OPCHECK_TESTS = ("test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
@@ -28,23 +27,6 @@ def _poison(bufs, byte):
             t.view(torch.uint8).fill_(byte)
 
 
-def _bytes_equal(a, b):
-    return all(
-        (u is None and v is None)
-        or (
-            u.dtype == v.dtype
-            and u.shape == v.shape
-            and u.stride() == v.stride()
-            and torch.equal(u.view(torch.uint8), v.view(torch.uint8))
-        )
-        for u, v in zip(a, b)
-    )
-
-
-def _raises(exc, text):
-    return pytest.raises(exc, match=re.escape(text))
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("axes", AXES)
 @pytest.mark.parametrize("G", [None, 1, 4], ids=lambda g: "dense" if g is None else f"G={g}")
@@ -58,13 +40,13 @@ def test_out_equals_the_allocating_op(mode, G, axes, device):
         _poison(bufs, poison)
         got = mxq.quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=mode, offs=offs, out=bufs)
         assert got is bufs
-        assert _bytes_equal(got, want), f"poison {poison:#x}"
+        assert_outputs_equal(got, want, NAMES, f"poison {poison:#x}: ")
     # A plain tuple or list of the four serves as well, and comes back as an MXTensors of the same tensors.
     for container in (tuple, list):
         _poison(bufs, 0xA5)
         got = mxq.quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=mode, offs=offs, out=container(bufs))
         assert type(got) is mxq.MXTensors and all(a is b for a, b in zip(got, bufs))
-        assert _bytes_equal(got, want), container.__name__
+        assert_outputs_equal(got, want, NAMES, f"{container.__name__}: ")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -107,7 +89,7 @@ class TestOutArguments:
         bufs = mxq.empty_quantized(x)
         _poison(bufs, 0xA5)
         out = bufs._replace(**(replace(x, bufs) if replace else {}))
-        with _raises(exc, text):
+        with raises(exc, text):
             mxq.quantize(x, out=out, **kwargs)
         for name, t in zip(NAMES, out):
             if t is not None and t.numel():
@@ -167,7 +149,7 @@ class TestOutArguments:
         x, _ = _inputs(device)
         bufs = mxq.empty_quantized(x)
         before = x.clone()
-        with _raises(ValueError, "mxq.quantize: q_row must not overlap x"):
+        with raises(ValueError, "mxq.quantize: q_row must not overlap x"):
             mxq.quantize(x, out=bufs._replace(**over_x(x, bufs)))
         assert torch.equal(x.view(torch.int16), before.view(torch.int16))
 
@@ -188,17 +170,17 @@ class TestOutArguments:
         self._check(device, ValueError, 'mxq.quantize: out needs backend="fused", got "composed"', backend="composed")
         x, _ = _inputs(device)
         bufs = mxq.empty_quantized(x)
-        with _raises(ValueError, "mxq.quantize: out must give q_row and s_row together"):
+        with raises(ValueError, "mxq.quantize: out must give q_row and s_row together"):
             torch.ops.mxq.quantize.out(x, q_row=bufs.q_row, q_col=bufs.q_col, s_col=bufs.s_col)
-        with _raises(ValueError, "mxq.quantize: out must give at least one pair of outputs, got none"):
+        with raises(ValueError, "mxq.quantize: out must give at least one pair of outputs, got none"):
             torch.ops.mxq.quantize.out(x)
 
     def test_input_errors_are_the_allocating_ops(self, device):
         x, _ = _inputs(device)
         bufs = mxq.empty_quantized(x)
-        with _raises(ValueError, "mxq.quantize: scaling_mode must be"):
+        with raises(ValueError, "mxq.quantize: scaling_mode must be"):
             mxq.quantize(x, scaling_mode="even", out=bufs)
-        with _raises(ValueError, "mxq.quantize: x must be contiguous (row-major)"):
+        with raises(ValueError, "mxq.quantize: x must be contiguous (row-major)"):
             mxq.quantize(x.t(), out=bufs)
 
 
@@ -206,7 +188,7 @@ class TestOutArguments:
 def test_out_on_another_device():
     x, _ = _inputs("cuda")
     bufs = mxq.empty_quantized(x.cpu())
-    with _raises(ValueError, "mxq.quantize: q_row must be on x's device (cuda:0), got cpu"):
+    with raises(ValueError, "mxq.quantize: q_row must be on x's device (cuda:0), got cpu"):
         mxq.quantize(x, out=bufs)
 
 
@@ -247,7 +229,7 @@ def test_compile_fullgraph(device, dynamic):
         bufs = mxq.empty_quantized(x, offs=offs)
         _poison(bufs, 0xA5)
         compiled(x, offs, bufs)
-        assert _bytes_equal(bufs, mxq.quantize(x, offs=offs)), f"{M}x{K}"
+        assert_outputs_equal(bufs, mxq.quantize(x, offs=offs), NAMES, f"{M}x{K}: ")
 
 
 def test_compiled_out_checks_dtype_and_device():
@@ -291,4 +273,4 @@ def test_cuda_graph_capture_and_replay():
         _poison(bufs, 0xA5)
         graph.replay()
         torch.cuda.synchronize()
-        assert _bytes_equal(bufs, mxq.quantize(x, offs=offs)), f"replay {seed}"
+        assert_outputs_equal(bufs, mxq.quantize(x, offs=offs), NAMES, f"replay {seed}: ")

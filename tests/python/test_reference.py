@@ -15,6 +15,7 @@ from helpers import (
     OUTPUT_NAMES,
     QUANT_OPS,
     SPEC4_CASES,
+    assert_bf16_equal_nan_canonical,
     assert_outputs_equal,
     make_offs,
     op,
@@ -23,7 +24,6 @@ from helpers import (
     spec4_matrix,
     stable_seed,
 )
-from torch_reference import assert_bytes_equal
 
 MODES = ["rceil", "floor"]
 
@@ -213,13 +213,6 @@ def test_zero_sized(name, shape):
 # ---- dequantize ----
 
 
-def _assert_bf16_equal_nan_canonical(a, b, name):
-    """Raw bf16 bytes equal, except that any NaN matches any NaN (payloads and signs of NaN are not specified)."""
-    nan = torch.isnan(a.float())
-    assert torch.equal(nan, torch.isnan(b.float())), f"{name}: NaN positions differ"
-    assert_bytes_equal(torch.where(nan, 0, a), torch.where(nan, 0, b), name)
-
-
 @pytest.mark.parametrize("grouped", [False, True])
 def test_dequantize_cpu_matches_pure_torch(grouped):
     M, K = 512, 256
@@ -233,7 +226,7 @@ def test_dequantize_cpu_matches_pure_torch(grouped):
     ):
         d = mxq.dequantize(q, s, offs, layout=layout)
         assert d.dtype == torch.bfloat16 and d.shape == q.shape
-        _assert_bf16_equal_nan_canonical(d, T.dequantize(q, s, offs, layout), n)
+        assert_bf16_equal_nan_canonical(d, T.dequantize(q, s, offs, layout), n)
 
 
 def test_dequantize_round_trip_is_close():

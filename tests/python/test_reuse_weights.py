@@ -106,7 +106,7 @@ def test_cached_operands_are_outside_autograd():
     model = _Model("cpu")
     with reuse_quantized_weights():
         _step(model, _microbatches("cpu", n=1))
-        cached = [t for _, _, ops in mxq.linear._reuse.cache.values() for t in ops if t is not None]
+        cached = [t for _, _, ops in mxq._gemm._reuse.cache.values() for t in ops if t is not None]
         assert len(cached) == 4 * 4  # four weights, each (q_row, s_row, q_col, s_col)
         assert all(t.grad_fn is None and not t.requires_grad for t in cached)
 
@@ -169,4 +169,4 @@ def test_seam_views_hit_the_cache_and_computed_weights_are_not_cached():
         for _ in range(3):
             mxq.grouped_mm(x, w32.bfloat16(), offs)
         assert len(count.calls) == 4
-        assert len(mxq.linear._reuse.cache) == 1
+        assert len(mxq._gemm._reuse.cache) == 1

@@ -8,22 +8,24 @@ from __future__ import annotations
 import mxq
 import pytest
 import torch
-from helpers import DEVICES, random_bf16, requires_cuda, stable_seed
-from mxq.moe import _pad, padded_rows
+from helpers import DEVICES, assert_outputs_equal, random_bf16, requires_cuda, stable_seed
+from mxq.moe import padded_row_space
 from torch_reference import assert_bytes_equal
 
 NAMES = ("q_row", "s_row", "q_col", "s_col")
+ROUTED_NAMES = (*NAMES, "offs_p", "dest")
 
 
 def composed(x, index, counts, scale=None, scaling_mode="rceil", rowwise=True, colwise=True):
-    """The unfused pipeline, written from the spec with torch ops and mxq.quantize."""
+    """The composed pipeline, written from the spec with torch ops and mxq.quantize, on mxq.moe.padded_row_space (the
+    Python reference of the padded row space)."""
     N = index.shape[0]
     offs = torch.cumsum(counts.long(), 0).to(torch.int32)
-    offs_p, dest, Mp = padded_rows(offs, N)
+    offs_p, dest, Mp = padded_row_space(offs, N)
     v = x[index.long()]
     if scale is not None:
         v = (v.float() * scale[:, None]).to(x.dtype)
-    padded = _pad(v, dest, Mp)
+    padded = v.new_zeros(Mp, v.shape[1]).index_copy_(0, dest, v)
     q = mxq.quantize(padded, offs=offs_p, scaling_mode=scaling_mode, rowwise=rowwise, colwise=colwise)
     return q, offs_p, dest.to(torch.int32)
 
@@ -63,13 +65,7 @@ def make_scale(N, seed, specials=True):
 
 
 def assert_same(got, want_q, want_offs_p, want_dest):
-    for name, g, w in zip(NAMES, got[:4], want_q):
-        assert (g is None) == (w is None), name
-        if g is not None:
-            assert g.shape == w.shape and g.stride() == w.stride() and g.dtype == w.dtype, name
-            assert_bytes_equal(g, w, name)
-    assert torch.equal(got.offs_p.cpu(), want_offs_p.cpu())
-    assert torch.equal(got.dest.cpu(), want_dest.cpu())
+    assert_outputs_equal(got, (*want_q, want_offs_p.to(got.offs_p.device), want_dest.to(got.dest.device)), ROUTED_NAMES)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -104,7 +100,7 @@ def test_shapes(device, T, K, N, E):
     index, counts = routing(T, N, E, "random", seed)
     scale = make_scale(N, seed).to(device)
     got = mxq.quantize_routed(x, index.to(device), counts.to(device), scale=scale)
-    assert got.q_row.shape == (mxq.moe.round_up(N + 31 * E, 32), K)
+    assert got.q_row.shape == ((N + 31 * E + 31) // 32 * 32, K)
     assert_same(got, *composed(x, index.to(device), counts.to(device), scale))
 
 
@@ -237,7 +233,11 @@ def _args(device="cpu"):
         (lambda x, i, c: (x, i, c + 1, {}), ValueError, "counts must sum to N=40"),
         (lambda x, i, c: (x, i, torch.cat([c[:1] - 100, c[1:]]), {}), ValueError, r"counts\[0\]=-\d+ is negative"),
         # A later negative entry whose predecessor overshoots N is still named as negative (it was "got more by").
-        (lambda x, i, c: (x, i, torch.cat([c[:-1] + 100, c[-1:] * 0 - 1]), {}), ValueError, r"counts\[\d+\]=-1 is negative"),
+        (
+            lambda x, i, c: (x, i, torch.cat([c[:-1] + 100, c[-1:] * 0 - 1]), {}),
+            ValueError,
+            r"counts\[\d+\]=-1 is negative",
+        ),
     ],
 )
 def test_errors(change, exc, match):

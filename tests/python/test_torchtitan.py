@@ -13,14 +13,13 @@ pytest.importorskip("torchtitan", reason="torchtitan is not installed (scripts/t
 import mxq
 import torch
 import torch.nn.functional as F
+from helpers import sqnr
 from mxq import MXFP8Config
-from test_linear import sqnr
 
 titan = pytest.importorskip(
     "mxq.integrations.torchtitan", reason="this torchtitan is not 0.3.x (the version mxq.integrations.torchtitan takes)"
 )
 
-from mxq.dispatch import fused_op_available
 from torchtitan.models import deepseek_v3, llama3, qwen3
 from torchtitan.models.common.linear import Linear
 from torchtitan.models.common.moe import GroupedExperts, RoutedExperts
@@ -38,8 +37,7 @@ PLAIN = {"deepseek_v3": (48, 5), "qwen3_moe": (33, 0), "llama3": (31, 0)}
 # swaps the token dispatcher of every MoE block (DeepSeek-V3: 5, Qwen3-MoE: 8).
 CONVERTER = {"deepseek_v3": (53, 5), "qwen3_moe": (33, 8), "llama3": (31, 0)}
 MOE_BLOCKS = {"deepseek_v3": 5, "qwen3_moe": 8, "llama3": 0}
-# The fused routed quantization where the loaded extension has it (the converter's default), else the unfused one.
-ROUTED = "fused" if fused_op_available() else "unfused"
+ROUTED = "fused"  # the converter's default routed quantization
 
 
 def _build(name, converters=None, device="meta"):
@@ -92,14 +90,13 @@ def test_converter_in_the_model_registry(name):
 CONFIG = "^mxq.integrations.torchtitan.MXQConverter.Config: "
 
 
-def test_converter_rejects_a_bad_recipe_before_any_build(monkeypatch):
+def test_converter_rejects_a_bad_recipe_before_any_build():
     with pytest.raises(ValueError, match=CONFIG + 'recipe must be "mxfp8_rceil", "mxfp8_floor" or'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(recipe="fp8")])
-    with pytest.raises(ValueError, match=CONFIG + 'routed_quantization must be "fused" or "unfused", got "x"'):
+    with pytest.raises(ValueError, match=CONFIG + 'routed_quantization must be "fused" or "composed", got "x"'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(routed_quantization="x")])
-    monkeypatch.setattr(mxq.dispatch, "fused_op_available", lambda: False)  # a build without the fused op
-    with pytest.raises(RuntimeError, match='^mxq.TokenDispatcher: routed_quantization="fused" needs the op'):
-        deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config()])
+    with pytest.raises(ValueError, match=CONFIG + 'routed_quantization "unfused" was renamed "composed"'):
+        titan.MXQConverter.Config(routed_quantization="unfused")
 
 
 @pytest.mark.parametrize(

@@ -36,7 +36,7 @@ import logging
 from dataclasses import dataclass, field, fields
 
 from ..config import RECIPES, MXFP8Config, check_choice
-from ..dispatch import ROUTED_QUANTIZATIONS, TokenDispatcher
+from ..dispatch import TokenDispatcher, check_routed_quantization
 from ..nn import ConversionSummary, Converted, Skipped, check_patterns, class_name, convert
 from ..ops import check_type
 
@@ -48,7 +48,7 @@ try:
 except ImportError as e:  # pragma: no cover - depends on the environment
     raise ImportError(
         f"mxq.integrations.torchtitan needs torchtitan 0.3.x ({e}); pip install torchtitan==0.3.0 "
-        "(docs/training.md, \"With TorchTitan\", says which versions run where)"
+        '(docs/training.md, "With TorchTitan", says which versions run where)'
     ) from e
 
 logger = logging.getLogger(__name__)
@@ -157,7 +157,7 @@ class MXQConverter(QuantizationConverter):
         token_dispatcher: bool = True
         """Swap the local token dispatcher of MoE blocks whose experts are converted for mxq.TokenDispatcher."""
         routed_quantization: str = "fused"
-        """mxq.TokenDispatcher's routed quantization: "fused" (the one-pass op) or "unfused"."""
+        """mxq.TokenDispatcher's routed quantization: "fused" (the one-pass op) or "composed"."""
 
         def __post_init__(self) -> None:
             """Checks every field once, as mxq.MXFP8Config does: a wrong type is a TypeError, a wrong name a
@@ -168,7 +168,7 @@ class MXQConverter(QuantizationConverter):
             check_type(owner, "token_dispatcher", self.token_dispatcher, bool)
             check_type(owner, "model_compile_enabled", self.model_compile_enabled, bool)
             check_choice(owner, "recipe", self.recipe, tuple(RECIPES))
-            check_choice(owner, "routed_quantization", self.routed_quantization, ROUTED_QUANTIZATIONS)
+            check_routed_quantization(owner, self.routed_quantization)
 
     def __init__(self, config: Config, **kwargs):
         self.settings = config
