@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../host/check.h"
+#include "../common/check.h"
 #include "mxq/layout.h"
 #include "mxq/numerics.h"
 #include "ptx.cuh"

@@ -164,12 +164,13 @@ __global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm
   tile_f32_body<kMode, kV>(p);
 }
 
-template <bool kRouted>
-void launch_tile_f32(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                     cudaStream_t stream) {
-  launch_variant<kRouted>(p, variant, mode, ConfigF32::kThreads, stream, [](auto v, auto m) {
-    return quantize_tile_f32_kernel<decltype(m)::value, decltype(v)::value>;
-  });
-}
+// The family's kernels for launch_tile (quantize_tile.cuh).
+struct TileF32 {
+  template <DType kIn, ScalingMode kMode, Variant kV>
+  static auto kernel() {
+    static_assert(kIn == DType::kFloat32, "the fp32 tile kernel");
+    return quantize_tile_f32_kernel<kMode, kV>;
+  }
+};
 
 }  // namespace mxq::kernels

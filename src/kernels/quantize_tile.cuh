@@ -480,47 +480,35 @@ inline int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
   return p.status != nullptr && n == 0 ? 1 : n;
 }
 
-// Launches `kernel`, the tile kernel of variant kV, over the tiles of params (and the appended
-// CTAs of a grouped variant).
-// Params: TileParams, or RoutedTileParams for a routed kernel.
-template <Variant kV, class Params>
-void launch_tiles(void (*kernel)(Params), int threads, const Params& params, cudaStream_t stream) {
-  using V = VariantTraits<kV>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorage));
-  const int64_t grid =
-      params.tiles + (V::kGrouped ? appended_ctas(params, V::kRowwise, V::kCol) : 0);
-  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
-  if (grid == 0) return;
-  Params p = params;
-  p.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
-  launch_dependent(kernel, static_cast<unsigned>(grid), threads, smem_bytes, stream, p);
-}
-
-// Calls f(variant, mode), both as std::integral_constant, for the runtime pair: every scaling mode
-// and every variant of the set, the 14 kernels of a tile kernel family per input type (kRouted: the
-// 6 routed ones, compiled in their own translation units).
-template <bool kRouted, typename F>
-void dispatch_variant(Variant variant, ScalingMode mode, F&& f) {
+// One launch of a tile kernel of Family (Tile128, Tile64, TileF32: Family::kernel<kIn, kMode,
+// kV>()) over the tiles of p and, grouped, the appended CTAs: the kernel of the runtime variant
+// and scaling mode. kRouted: the 3 routed variants, else the 7 others, each in both scaling modes
+// (quantize.h). Instantiated once per family, input type and kRouted in instantiations/.
+template <class Family, DType kIn, bool kRouted>
+void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                 cudaStream_t stream) {
+  const auto launch = [&](auto v, auto m) {
+    constexpr Variant kV = decltype(v)::value;
+    using V = VariantTraits<kV>;
+    const int64_t grid = p.tiles + (V::kGrouped ? appended_ctas(p, V::kRowwise, V::kCol) : 0);
+    MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
+    if (grid == 0) return;
+    TileParamsOf<kV> params = p;  // TileParams: the routed fields dropped
+    params.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
+    launch_dependent(Family::template kernel<kIn, decltype(m)::value, kV>(),
+                     static_cast<unsigned>(grid), Config<>::kThreads,
+                     static_cast<int>(sizeof(SharedStorage)), stream, params);
+  };
   dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(mode, [&](auto m) {
+    const auto with_mode = [&](auto v) { launch(v, m); };
     if constexpr (kRouted) {
-      dispatch<Variant::kRoutedRowwise, Variant::kRoutedColwise, Variant::kRoutedDual>(
-          variant, [&](auto v) { f(v, m); });
+      dispatch<Variant::kRoutedRowwise, Variant::kRoutedColwise, Variant::kRoutedDual>(variant,
+                                                                                       with_mode);
     } else {
       dispatch<Variant::kRowwise, Variant::kColwise, Variant::kDual, Variant::kGroupedRowwise,
-               Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(
-          variant, [&](auto v) { f(v, m); });
+               Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(variant,
+                                                                                        with_mode);
     }
-  });
-}
-
-// Launches the tile kernel that kernel_of(variant, mode) names (both as std::integral_constant) for
-// the runtime pair, with p as the parameters that kernel takes: one tile kernel family's launcher.
-template <bool kRouted, typename KernelOf>
-void launch_variant(const RoutedTileParams& p, Variant variant, ScalingMode mode, int threads,
-                    cudaStream_t stream, KernelOf kernel_of) {
-  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
-    constexpr Variant kV = decltype(v)::value;
-    launch_tiles<kV>(kernel_of(v, m), threads, static_cast<const TileParamsOf<kV>&>(p), stream);
   });
 }
 

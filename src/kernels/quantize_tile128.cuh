@@ -54,12 +54,12 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   tile128_body<kIn, kMode, kV>(p);
 }
 
-template <DType kIn, bool kRouted>
-void launch_tile128(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                    cudaStream_t stream) {
-  launch_variant<kRouted>(p, variant, mode, Config<>::kThreads, stream, [](auto v, auto m) {
-    return quantize_tile128_kernel<kIn, decltype(m)::value, decltype(v)::value>;
-  });
-}
+// The family's kernels for launch_tile (quantize_tile.cuh).
+struct Tile128 {
+  template <DType kIn, ScalingMode kMode, Variant kV>
+  static auto kernel() {
+    return quantize_tile128_kernel<kIn, kMode, kV>;
+  }
+};
 
 }  // namespace mxq::kernels

@@ -125,12 +125,12 @@ __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
   tile64_body<kIn, kMode, kV>(p);
 }
 
-template <DType kIn, bool kRouted>
-void launch_tile64(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                   cudaStream_t stream) {
-  launch_variant<kRouted>(p, variant, mode, Config<>::kThreads, stream, [](auto v, auto m) {
-    return quantize_tile64_kernel<kIn, decltype(m)::value, decltype(v)::value>;
-  });
-}
+// The family's kernels for launch_tile (quantize_tile.cuh).
+struct Tile64 {
+  template <DType kIn, ScalingMode kMode, Variant kV>
+  static auto kernel() {
+    return quantize_tile64_kernel<kIn, kMode, kV>;
+  }
+};
 
 }  // namespace mxq::kernels

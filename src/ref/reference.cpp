@@ -10,10 +10,10 @@
 #include <thread>
 #include <vector>
 
-#include "../host/check.h"
-#include "../host/offs.h"
-#include "../host/parallel.h"
-#include "../host/validate.h"
+#include "../common/check.h"
+#include "../common/offs.h"
+#include "../common/parallel.h"
+#include "../common/validate.h"
 #include "element.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"
