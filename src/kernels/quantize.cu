@@ -10,9 +10,9 @@ namespace mxq::kernels {
 namespace {
 
 // The tile height of a launch: fp32 tiles hold 64 rows (ConfigF32). 16-bit tiles hold 128 rows,
-// or 64 when the 64-row tiles all fit in one wave of resident CTAs (docs/performance.md, "Tile
-// height"); `requested` (64 or 128, from the tests' entry points, src/host/testing.h) overrides
-// that choice.
+// or 64 when the 64-row tiles all fit in one wave of resident CTAs (docs/performance.md, "64-row
+// tiles under one wave"); `requested` (64 or 128: the tests' entry points, src/host/testing.h)
+// overrides that choice.
 int tile_rows(const QuantizeParams& p, int requested) {
   if (p.dtype == DType::kFloat32) return ConfigF32::kRows;
   if (requested != detail::kAutoTileRows) return requested;

@@ -14,7 +14,8 @@
 // 8-lane phase of the load (8 chunks of one block) and rowwise passes (chunk i of blocks 0..3 of
 // rows r, r+1) the keys take 8 values; in the colwise pass a warp reads 16 columns of rows j and
 // j + 32, which the row-bit-5 term sends to complementary bank halves.
-// Instantiated by quantize_f32.cu and, for the routed variants, quantize_f32_routed.cu.
+// Instantiated by instantiations/quantize_f32.cu and, for the routed variants,
+// instantiations/quantize_f32_routed.cu.
 #pragma once
 
 #include "quantize_tile.cuh"

@@ -1,7 +1,8 @@
 // MXFP8 quantization of activations, the parts its tile kernels share (quantize_tile128.cuh,
-// quantize_tile64.cuh, quantize_f32.cu): one CTA quantizes one tile of x, 128 columns by 128 or 64
-// rows, and writes the outputs of its variant (quantize.h Variant): rowwise 1x32 blocks, colwise
-// 32x1 blocks (transposed output), or both from one read of x (docs/numerics.md §2-§10).
+// quantize_tile64.cuh, quantize_f32.cuh) and their launcher (launch_tile): one CTA quantizes one
+// tile of x, 128 columns by 128 or 64 rows, and writes the outputs of its variant (quantize.h
+// Variant): rowwise 1x32 blocks, colwise 32x1 blocks (transposed output), or both from one read of
+// x (docs/numerics.md §2-§10).
 //
 // x: bf16, fp16 or fp32 (M, K) row-major, M and K multiples of 32. Outputs, each optional per
 // variant:
@@ -225,9 +226,8 @@ __device__ __forceinline__ uint8_t convert_col_block(const uint32_t (&w)[kBlock 
 // The cp.async copies of a thread: chunk `chunk` (lane % 16) of rows row0 + 2i, row0 =
 // kRowsPerWarp * warp + lane / 16. Warp w loads exactly the rows its rowwise pass owns, so the
 // rowwise pass needs only __syncwarp and runs while other warps still wait for their loads. Chunks
-// past the edge of x (rows, chunk_in: how much of the tile lies inside it) are staged as zeros.
-// Rejected: ld.global into registers and st.shared (the same bytes in flight, plus registers and a
-// store pass: fused 85-88% of the copy roof on the H200 against 88-92%).
+// past the edge of x (rows, chunk_in: how much of the tile lies inside it) are staged as zeros
+// (cp.async, not register loads: docs/performance.md, "The design that was kept").
 template <class Cfg>
 __device__ __forceinline__ void issue_loads(uint4 (*tile)[Config<>::kChunksPerRow],
                                             const TileParams& p, int64_t m0, int64_t k0, int rows,
@@ -395,8 +395,8 @@ __device__ __forceinline__ int col_group(int warp, int pass, int g) {
 // 2(4n+i), 2(4n+i)+1 of its band: word 4n+i of its whole 32x1 block, in the order quantize_words
 // takes. Lanes 4j..4j+3 hold the pieces' blocks of q_col row 8*group + j, so neighbour lanes store
 // whole sectors (store_block_pair) of 64 contiguous bytes of one row. Each block's scale goes to
-// scale_sink(k, band, s). rows / cols: how much of the tile lies inside x. Rejected: a transposed
-// staging tile for q_col (fused 76-82% of the copy roof on the H200 against 85-89%).
+// scale_sink(k, band, s). rows / cols: how much of the tile lies inside x. No transposed staging
+// tile for q_col (docs/performance.md, "The design that was kept").
 template <class Cfg, DType kIn, ScalingMode kMode, class ScaleSink>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[Config<>::kChunksPerRow],
                                                uint8_t* q_col_tile, int64_t M, int rows, int cols,

@@ -1,6 +1,6 @@
 // The 128-row tile kernel of 16-bit input (bf16, fp16): one CTA quantizes a 128x128 tile of x,
 // which maps to one whole 512-byte scale atom per axis (quantize_tile.cuh has the contract and the
-// phases). Instantiated per input type by quantize_tile128_{bf16,fp16}.cu.
+// phases). Instantiated per input type and routing by instantiations/quantize_tile128_*.cu.
 //   ---- load ----     8 cp.async copies of 16 bytes per thread: 32 KiB in flight per CTA, 4 CTAs
 //                      per SM (routed: from each row's source row, scaled in place after the
 //                      wait). Grouped: warp 0 then plans the tile's scale places while its own

@@ -2,20 +2,19 @@
 // scale atom per axis (quantize_tile.cuh has the contract and the phases). A launch takes these
 // tiles when all of them fit in one wave of resident CTAs (quantize.cu tile_rows): more, shorter
 // CTAs per SM then overlap one's loads with another's math and stores. Instantiated per input type
-// by quantize_tile64_{bf16,fp16}.cu.
+// and routing by instantiations/quantize_tile64_*.cu.
 //   ---- load ----     4 cp.async copies of 16 bytes per thread (routed: from each row's source
 //                      row, scaled in place after the wait). Grouped: warp 0 plans the tile's
-//                      scale places before its loads (rejected: planning behind them, as the
-//                      128-row tile does, cost the grouped launch 10% here, where every CTA issues
-//                      its loads at once).
+//                      scale places before its loads, not behind them as the 128-row tile does:
+//                      here every CTA issues its loads at once (docs/performance.md, "Grouped
+//                      (MoE)").
 //   ---- rowwise ----  a thread converts one whole 1x32 block.
 //   ---- colwise ----  one ldmatrix pass per warp: two 8-column groups x 2 bands.
 //   ---- scales ----   with colwise outputs, no atom is staged: each thread stores its own two
 //                      scale bytes (its row block's and its column block's, scales.cuh
 //                      store_scale_byte) where the places of its bands say, so no barrier follows
-//                      the colwise pass (0.97x the fused time at 512x4096 on the H200). The
-//                      rowwise-only kernel stages its atom and stores it per band, as the 128-row
-//                      tile does (its own bytes lost it 2-3%).
+//                      the colwise pass. The rowwise-only kernel stages its atom and stores it per
+//                      band, as the 128-row tile does (docs/performance.md, "Scale atoms").
 #pragma once
 
 #include "quantize_tile.cuh"

@@ -1,4 +1,5 @@
-// The 128-row tile kernels of quantize_routed for bf16 input: the routed variants, both scaling modes.
+// The 128-row tile kernels of quantize_routed for bf16 input: the routed variants, both
+// scaling modes.
 #include "../quantize_tile128.cuh"
 
 namespace mxq::kernels {
