@@ -1,5 +1,6 @@
-// The tests' entry points (testing.h): validate as the public ones do, then launch with the tile
-// height given.
+// The tests' entry points (testing.h): with a forced tile height, the public entry point's
+// validation (less the checks of quantize_composed's and quantize_routed's workspace, which the
+// tests size right) and launch.
 #include "testing.h"
 
 #include "../common/check.h"
@@ -18,7 +19,9 @@ void quantize_with_tile_rows(const QuantizeParams& p, int tile_rows) {
   with_op("mxq::quantize", [&] {
     check_tile_rows(tile_rows);
     validate(p);
-    if (!nothing_to_write(p)) launch_quantize(p, tile_rows);
+    if (nothing_to_write(p)) return;
+    require_supported_device();
+    launch_quantize(p, tile_rows);
   });
 }
 
@@ -27,9 +30,9 @@ void quantize_composed_with_tile_rows(const QuantizeParams& p, void* workspace, 
   with_op("mxq::quantize_composed", [&] {
     check_tile_rows(tile_rows);
     validate(p);
-    if (!nothing_to_write(p)) {
-      launch_quantize_composed(p, static_cast<uint8_t*>(workspace), tile_rows);
-    }
+    if (nothing_to_write(p)) return;
+    require_supported_device();
+    launch_quantize_composed(p, static_cast<uint8_t*>(workspace), tile_rows);
   });
 }
 
@@ -38,6 +41,7 @@ void quantize_routed_with_tile_rows(const QuantizeRoutedParams& p, int tile_rows
   with_op("mxq::quantize_routed", [&] {
     check_tile_rows(tile_rows);
     validate(p);
+    require_supported_device();
     launch_quantize_routed(p, tile_rows);
   });
 }

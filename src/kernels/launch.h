@@ -1,6 +1,6 @@
-// Kernel launchers behind the public API. Arguments are already validated (src/host/validate.cpp)
-// and there is something to write (for dequantize of an empty q, only the status word); each
-// launcher enqueues on p.stream and checks the launch.
+// Kernel launchers behind the public API (src/host/api.cpp). Arguments are already validated
+// (src/common/validate.cpp) and there is something to write (for dequantize of an empty q, only the
+// status word); each launcher enqueues on p.stream and checks the launch.
 #pragma once
 
 #include "mxq/mxq.h"

@@ -14,7 +14,7 @@ namespace {
 // tiles under one wave"); `requested` (64 or 128: the tests' entry points, src/host/testing.h)
 // overrides that choice.
 int tile_rows(const QuantizeParams& p, int requested) {
-  if (p.dtype == DType::kFloat32) return ConfigF32::kRows;
+  if (p.dtype == DType::kFloat32) return ConfigF32<>::kRows;
   if (requested != detail::kAutoTileRows) return requested;
   const int64_t half_tiles = ceil_div(p.M, kAtomRows / 2) * ceil_div(p.K, kTileCols);
   const int64_t resident = int64_t(Config<>::kMinBlocksPerSm) * detail::multiprocessor_count();
@@ -42,10 +42,11 @@ RoutedTileParams tile_params(const QuantizeParams& p, int requested_rows) {
 
 // The launcher of the tile kernel family for the input type and a tile height (fp32: any, its tiles
 // hold 64 rows); routed: of the routed variants. Validation has refused every other input type.
+// The format is MXFP8, the one of QuantizeParams.
 using TileLauncher = void (*)(const RoutedTileParams&, Variant, ScalingMode, cudaStream_t);
 template <class Family, DType kIn>
 TileLauncher launcher_of(bool routed) {
-  return routed ? launch_tile<Family, kIn, true> : launch_tile<Family, kIn, false>;
+  return routed ? launch_tile<Mxfp8, Family, kIn, true> : launch_tile<Mxfp8, Family, kIn, false>;
 }
 TileLauncher tile_launcher(DType in, int rows, bool routed) {
   if (in == DType::kFloat32) return launcher_of<TileF32, DType::kFloat32>(routed);

@@ -52,7 +52,7 @@ struct TileParams {
   int32_t* status;
   int64_t m_tiles, k_tiles;  // ceil(M/rows), ceil(K/128)
   int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
-  Divider fast;              // by the tiles along the axis a CTA index walks fastest (launch_tiles)
+  Divider fast;              // by the tiles along the axis a CTA index walks fastest (launch_tile)
   int rows;                  // tile height: 128 or 64 (16-bit input), 64 (fp32); for the launcher
 };
 
@@ -69,14 +69,15 @@ struct Tile128;
 struct Tile64;
 struct TileF32;
 
-// One launch of Family's tile kernel for `variant` and `mode` (quantize_tile.cuh); kRouted: the
-// routed variants (p.route set), else the others (p.route unused).
-template <class Family, DType kIn, bool kRouted>
+// One launch of Family's tile kernel of block format Format (include/mxq/format.h) for `variant`
+// and `mode` (quantize_tile.cuh); kRouted: the routed variants (p.route set), else the others
+// (p.route unused).
+template <class Format, class Family, DType kIn, bool kRouted>
 void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream);
 // Each compiled in its own translation unit (instantiations/), never where it is called.
-#define MXQ_TILE_INSTANCE(Family, kIn, kRouted)                                            \
-  extern template void launch_tile<Family, kIn, kRouted>(const RoutedTileParams&, Variant, \
-                                                         ScalingMode, cudaStream_t);
+#define MXQ_TILE_INSTANCE(Family, kIn, kRouted)                                                   \
+  extern template void launch_tile<Mxfp8, Family, kIn, kRouted>(const RoutedTileParams&, Variant, \
+                                                                ScalingMode, cudaStream_t);
 MXQ_TILE_INSTANCE(Tile128, DType::kBFloat16, false)
 MXQ_TILE_INSTANCE(Tile128, DType::kBFloat16, true)
 MXQ_TILE_INSTANCE(Tile128, DType::kFloat16, false)

@@ -48,9 +48,9 @@ __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock
 }
 
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
-template <ScalingMode kMode, Variant kV, class Params>
+template <class Format, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile_f32_body(const Params& p) {
-  using C = ConfigF32;
+  using C = ConfigF32<Format>;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -159,18 +159,18 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
   }
 }
 
-template <ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
+template <class Format, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(ConfigF32<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile_f32_kernel(const TileParamsOf<kV> p) {
-  tile_f32_body<kMode, kV>(p);
+  tile_f32_body<Format, kMode, kV>(p);
 }
 
 // The family's kernels for launch_tile (quantize_tile.cuh).
 struct TileF32 {
-  template <DType kIn, ScalingMode kMode, Variant kV>
+  template <class Format, DType kIn, ScalingMode kMode, Variant kV>
   static auto kernel() {
     static_assert(kIn == DType::kFloat32, "the fp32 tile kernel");
-    return quantize_tile_f32_kernel<kMode, kV>;
+    return quantize_tile_f32_kernel<Format, kMode, kV>;
   }
 };
 

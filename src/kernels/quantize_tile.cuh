@@ -57,27 +57,33 @@ namespace mxq::kernels {
 // A tile's columns: one atom's 4 scale columns.
 constexpr int kTileCols = kAtomCols * kBlock;
 
-// The 16-bit tile kernels' geometry for tiles of kRows x 128: 128 rows map to one whole scale atom
-// per axis (quantize_tile128.cuh), 64 rows to half of each (quantize_tile64.cuh).
-template <int kTileRows = kAtomRows>
+// The 16-bit tile kernels' geometry for tiles of kRows x 128 of block format Format (format.h): 128
+// rows map to one whole scale atom per axis (quantize_tile128.cuh), 64 rows to half of each
+// (quantize_tile64.cuh).
+template <int kTileRows = kAtomRows, class Format = Mxfp8>
 struct Config {
+  static_assert(
+      is_blocked_v<Format> && Format::kBlock == kBlock,
+      "the tile phases are written for 32-element blocks with 128x4 atoms of scale bytes");
+  using BlockFormat = Format;
   static constexpr int kRows = kTileRows;
   static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kChunk = 8;                                 // bf16 per 16-byte load
-  static constexpr int kChunksPerRow = kTileCols / kChunk;         // 16
-  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8 (64 rows: 4) per thread
-  static constexpr int kChunksPerBlock = kBlock / kChunk;          // 4
-  static constexpr int kBlocksPerRow = kTileCols / kBlock;         // 4
+  static constexpr int kChunk = 8;                                  // bf16 per 16-byte load
+  static constexpr int kChunksPerRow = kTileCols / kChunk;          // 16
+  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;   // 8 (64 rows: 4) per thread
+  static constexpr int kChunksPerBlock = Format::kBlock / kChunk;   // 4
+  static constexpr int kBlocksPerRow = kTileCols / Format::kBlock;  // 4
   static constexpr int kRowBlocksPerThread = kRows * kBlocksPerRow / kThreads;  // 2 (1)
   static constexpr int kRowsPerWarp = kRows / kWarps;                           // 16 (8)
-  static constexpr int kBands = kRows / kBlock;     // 32-row bands: 4 (2) of the atom's 4
+  static constexpr int kBands = kRows / Format::kBlock;  // 32-row bands: 4 (2) of the atom's 4
   static constexpr int kColGroups = kTileCols / 8;  // 8-column groups, one ldmatrix column set each
   // An ldmatrix pass hands a warp 4 pieces (8-column group, band): 1 group x 4 bands, or 2 x 2.
   static constexpr int kGroupsPerPass = 4 / kBands;
   static constexpr int kColPasses = kColGroups / (kWarps * kGroupsPerPass);  // 2 (1)
   static constexpr int kMinBlocksPerSm = 4;
-  static_assert(kRows == kAtomRows || kRows == kAtomRows / 2, "tiles of 128 or 64 rows");
+  static_assert(kRows == Format::kAtomRows || kRows == Format::kAtomRows / 2,
+                "tiles of 128 or 64 rows");
   static_assert(kThreads % 32 == 0, "threads must be whole warps");
   static_assert(kTileCols % kBlock == 0, "tile must hold whole blocks");
   static_assert(kRowsPerWarp * kBlocksPerRow == 32 * kRowBlocksPerThread,
@@ -90,18 +96,20 @@ struct Config {
                 "a tile's columns map to one atom's scale columns");
 };
 
-// fp32 input (quantize_f32.cu): 64x128 tiles of 32 KiB, the 16-bit tile's shared memory.
+// fp32 input (quantize_f32.cuh): 64x128 tiles of 32 KiB, the 16-bit tile's shared memory.
+template <class Format = Mxfp8>
 struct ConfigF32 {
-  static constexpr int kThreads = Config<>::kThreads;
+  using BlockFormat = Format;
+  static constexpr int kThreads = Config<kAtomRows, Format>::kThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kRows = 64;                                 // tile rows (M)
   static constexpr int kChunk = 4;                                 // fp32 per 16-byte load
   static constexpr int kChunksPerRow = kTileCols / kChunk;         // 32
-  static constexpr int kChunksPerBlock = kBlock / kChunk;          // 8
+  static constexpr int kChunksPerBlock = Format::kBlock / kChunk;  // 8
   static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8: rows per warp
-  static constexpr int kBands = kRows / kBlock;                    // 2 bands of 32 rows
+  static constexpr int kBands = kRows / Format::kBlock;            // 2 bands of 32 rows
   static_assert(kLoads * kWarps == kRows, "warp w loads rows 8w..8w+7, one per instruction");
-  static_assert(kRows * (kTileCols / kBlock) == kThreads, "rowwise: one block per thread");
+  static_assert(kRows * (kTileCols / Format::kBlock) == kThreads, "rowwise: one block per thread");
   static_assert(kTileCols * kBands == kThreads, "colwise: one block per thread");
   static_assert(sizeof(uint4[kRows][kChunksPerRow]) ==
                     sizeof(uint4[Config<>::kRows][Config<>::kChunksPerRow]),
@@ -109,7 +117,7 @@ struct ConfigF32 {
 };
 
 struct alignas(16) SharedStorage {
-  // The staged 16-bit tile, [row][16-byte chunk ^ tile_key()] (fp32: ConfigF32's layout).
+  // The staged 16-bit tile, [row][16-byte chunk ^ tile_key()] (fp32: ConfigF32<>'s layout).
   alignas(16) uint4 tile[Config<>::kRows][Config<>::kChunksPerRow];
   alignas(16) uint8_t row_atom[kAtomBytes];  // s_row atom of this tile
   alignas(16) uint8_t col_atom[kAtomBytes];  // s_col atom (blocked layouts) or [k][band] (plain)
@@ -480,11 +488,12 @@ inline int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
   return p.status != nullptr && n == 0 ? 1 : n;
 }
 
-// One launch of a tile kernel of Family (Tile128, Tile64, TileF32: Family::kernel<kIn, kMode,
-// kV>()) over the tiles of p and, grouped, the appended CTAs: the kernel of the runtime variant
-// and scaling mode. kRouted: the 3 routed variants, else the 7 others, each in both scaling modes
-// (quantize.h). Instantiated once per family, input type and kRouted in instantiations/.
-template <class Family, DType kIn, bool kRouted>
+// One launch of a tile kernel of Family (Tile128, Tile64, TileF32: Family::kernel<Format, kIn,
+// kMode, kV>()) for block format Format over the tiles of p and, grouped, the appended CTAs: the
+// kernel of the runtime variant and scaling mode. kRouted: the 3 routed variants, else the 7
+// others, each in both scaling modes (quantize.h). Instantiated once per format, family, input type
+// and kRouted in instantiations/.
+template <class Format, class Family, DType kIn, bool kRouted>
 void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode,
                  cudaStream_t stream) {
   const auto launch = [&](auto v, auto m) {
@@ -495,8 +504,8 @@ void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode,
     if (grid == 0) return;
     TileParamsOf<kV> params = p;  // TileParams: the routed fields dropped
     params.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
-    launch_dependent(Family::template kernel<kIn, decltype(m)::value, kV>(),
-                     static_cast<unsigned>(grid), Config<>::kThreads,
+    launch_dependent(Family::template kernel<Format, kIn, decltype(m)::value, kV>(),
+                     static_cast<unsigned>(grid), Config<kAtomRows, Format>::kThreads,
                      static_cast<int>(sizeof(SharedStorage)), stream, params);
   };
   dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(mode, [&](auto m) {

@@ -17,9 +17,9 @@
 namespace mxq::kernels {
 
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
-template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile128_body(const Params& p) {
-  using Cfg = Config<kAtomRows>;
+  using Cfg = Config<Format::kAtomRows, Format>;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -48,17 +48,17 @@ __device__ __forceinline__ void tile128_body(const Params& p) {
   staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
 }
 
-template <DType kIn, ScalingMode kMode, Variant kV>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile128_kernel(const TileParamsOf<kV> p) {
-  tile128_body<kIn, kMode, kV>(p);
+  tile128_body<Format, kIn, kMode, kV>(p);
 }
 
 // The family's kernels for launch_tile (quantize_tile.cuh).
 struct Tile128 {
-  template <DType kIn, ScalingMode kMode, Variant kV>
+  template <class Format, DType kIn, ScalingMode kMode, Variant kV>
   static auto kernel() {
-    return quantize_tile128_kernel<kIn, kMode, kV>;
+    return quantize_tile128_kernel<Format, kIn, kMode, kV>;
   }
 };
 

@@ -22,9 +22,9 @@
 namespace mxq::kernels {
 
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
-template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile64_body(const Params& p) {
-  using Cfg = Config<kAtomRows / 2>;
+  using Cfg = Config<Format::kAtomRows / 2, Format>;
   using V = VariantTraits<kV>;
   static_assert(Cfg::kRowBlocksPerThread == 1 && Cfg::kColPasses == 1,
                 "a thread of a 64-row tile converts one row block and one column block");
@@ -118,17 +118,17 @@ __device__ __forceinline__ void tile64_body(const Params& p) {
   }
 }
 
-template <DType kIn, ScalingMode kMode, Variant kV>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile64_kernel(const TileParamsOf<kV> p) {
-  tile64_body<kIn, kMode, kV>(p);
+  tile64_body<Format, kIn, kMode, kV>(p);
 }
 
 // The family's kernels for launch_tile (quantize_tile.cuh).
 struct Tile64 {
-  template <DType kIn, ScalingMode kMode, Variant kV>
+  template <class Format, DType kIn, ScalingMode kMode, Variant kV>
   static auto kernel() {
-    return quantize_tile64_kernel<kIn, kMode, kV>;
+    return quantize_tile64_kernel<Format, kIn, kMode, kV>;
   }
 };
 

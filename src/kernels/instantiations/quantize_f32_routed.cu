@@ -2,6 +2,6 @@
 #include "../quantize_f32.cuh"
 
 namespace mxq::kernels {
-template void launch_tile<TileF32, DType::kFloat32, true>(const RoutedTileParams&, Variant,
-                                                          ScalingMode, cudaStream_t);
+template void launch_tile<Mxfp8, TileF32, DType::kFloat32, true>(const RoutedTileParams&, Variant,
+                                                                 ScalingMode, cudaStream_t);
 }  // namespace mxq::kernels

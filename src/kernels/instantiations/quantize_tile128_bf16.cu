@@ -2,6 +2,6 @@
 #include "../quantize_tile128.cuh"
 
 namespace mxq::kernels {
-template void launch_tile<Tile128, DType::kBFloat16, false>(const RoutedTileParams&, Variant,
-                                                            ScalingMode, cudaStream_t);
+template void launch_tile<Mxfp8, Tile128, DType::kBFloat16, false>(const RoutedTileParams&, Variant,
+                                                                   ScalingMode, cudaStream_t);
 }  // namespace mxq::kernels

@@ -3,6 +3,6 @@
 #include "../quantize_tile128.cuh"
 
 namespace mxq::kernels {
-template void launch_tile<Tile128, DType::kFloat16, true>(const RoutedTileParams&, Variant,
-                                                          ScalingMode, cudaStream_t);
+template void launch_tile<Mxfp8, Tile128, DType::kFloat16, true>(const RoutedTileParams&, Variant,
+                                                                 ScalingMode, cudaStream_t);
 }  // namespace mxq::kernels

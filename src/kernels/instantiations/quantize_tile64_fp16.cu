@@ -2,6 +2,6 @@
 #include "../quantize_tile64.cuh"
 
 namespace mxq::kernels {
-template void launch_tile<Tile64, DType::kFloat16, false>(const RoutedTileParams&, Variant,
-                                                          ScalingMode, cudaStream_t);
+template void launch_tile<Mxfp8, Tile64, DType::kFloat16, false>(const RoutedTileParams&, Variant,
+                                                                 ScalingMode, cudaStream_t);
 }  // namespace mxq::kernels
