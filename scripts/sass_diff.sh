@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Compares the SASS of two builds of the kernels, function by function, for a refactor that must
-# not change any kernel: scripts/sass_diff.sh BASE NEW, each a libmxq.a (or any file cuobjdump
-# reads). Per architecture, every kernel's body (instructions and encodings, addresses dropped) must
-# be the same; a kernel whose name changed but whose body is identical is listed as renamed. Exit
-# status 0 only when every body of BASE is in NEW and the other way round. Needs cuobjdump and
+# not change any kernel: scripts/sass_diff.sh BASE NEW [DROP], BASE and NEW each a libmxq.a (or any
+# file cuobjdump reads). Per architecture, every kernel's body (instructions and encodings,
+# addresses dropped) must be the same; a kernel whose name changed but whose body is identical is
+# listed as renamed. DROP, a Python regular expression, is deleted from NEW's demangled names first
+# (a template argument the change added: 'mxq::Mxfp8, '). Exit status 0 only when every body of
+# BASE is in NEW and the other way round. Needs cuobjdump and
 # nvdisasm on PATH (the CUDA toolkit's, or the nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels).
 set -euo pipefail
-if [[ $# -ne 2 ]]; then
-  echo "usage: $0 BASE_LIB NEW_LIB" >&2
+if [[ $# -lt 2 || $# -gt 3 ]]; then
+  echo "usage: $0 BASE_LIB NEW_LIB [DROP_REGEX]" >&2
   exit 2
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cuobjdump -sass "$1" >"$work/base.sass"
 cuobjdump -sass "$2" >"$work/new.sass"
-python3 - "$work/base.sass" "$work/new.sass" <<'PY'
+python3 - "$work/base.sass" "$work/new.sass" "${3:-}" <<'PY'
 import collections, hashlib, re, subprocess, sys
 
 def kernels(path):
@@ -40,15 +42,16 @@ def demangle(names):
     res = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True)
     return dict(zip(names, res.stdout.splitlines()))
 
-def by_demangled(found):
+def by_demangled(found, drop=""):
     """The same keyed by demangled name: an anonymous namespace's mangled name differs per build."""
     names = demangle(sorted({n for _, n in found}))
     out = collections.defaultdict(list)
     for (arch, name), hashes in found.items():
-        out[(arch, names[name])] += hashes
+        out[(arch, re.sub(drop, "", names[name]) if drop else names[name])] += hashes
     return out
 
-base, new = by_demangled(kernels(sys.argv[1])), by_demangled(kernels(sys.argv[2]))
+base = by_demangled(kernels(sys.argv[1]))
+new = by_demangled(kernels(sys.argv[2]), sys.argv[3])
 same = sum(1 for k in base if k in new and sorted(base[k]) == sorted(new[k]))
 changed = [k for k in base if k in new and sorted(base[k]) != sorted(new[k])]
 gone = {k: v for k, v in base.items() if k not in new}
