@@ -1,5 +1,6 @@
-// The activation quantize launchers behind mxq::quantize and mxq::quantize_composed: each call's
-// variant (quantize.h), tile height and input type choose one tile kernel (quantize_tile.cuh).
+// The activation quantize launchers behind mxq::quantize, mxq::quantize_composed and
+// mxq::quantize_routed: each call's variant (quantize.h), tile height and input type choose one
+// tile kernel family's launch_tile (quantize_tile.cuh), compiled in instantiations/.
 #include <cuda_runtime.h>
 
 #include "../common/validate.h"
