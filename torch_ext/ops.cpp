@@ -173,7 +173,10 @@ std::optional<DType> input_dtype(at::ScalarType t) {
   }
 }
 
-enum class Variant { kFused, kRowwise, kColwise, kComposed };
+// Which quantize op a call is: both axes in one kernel, one axis, or the three-kernel baseline (the
+// same names as the C++ tests' Path; the kernels' Variant, src/kernels/quantize.h, is what one
+// launch writes).
+enum class Path { kFused, kRowwise, kColwise, kComposed };
 
 struct Outputs {
   Tensor q_row, s_row, q_col, s_col;
@@ -219,7 +222,7 @@ QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block
 }
 
 // One core call writing the outputs present in `o` (an absent pair skips its axis).
-void run_quantize(const char* op, Variant variant, const Tensor& x, const QuantizeCall& call,
+void run_quantize(const char* op, Path path, const Tensor& x, const QuantizeCall& call,
                   const OptTensor& offs, const Outputs& o) {
   QuantizeParams p;
   p.x = x.const_data_ptr();
@@ -242,7 +245,7 @@ void run_quantize(const char* op, Variant variant, const Tensor& x, const Quanti
   call_core(op, [&] {
     if (!x.is_cuda()) {
       ref::quantize(p);
-    } else if (variant != Variant::kComposed) {
+    } else if (path != Path::kComposed) {
       mxq::quantize(p);
     } else {
       // Stream-ordered workspace from the caching allocator (graph-capturable); freed after
@@ -254,20 +257,20 @@ void run_quantize(const char* op, Variant variant, const Tensor& x, const Quanti
   });
 }
 
-Outputs quantize_impl(const char* op, Variant variant, bool meta, const Tensor& x,
-                      int64_t block_size, c10::string_view scaling_mode, const OptTensor& offs) {
+Outputs quantize_impl(const char* op, Path path, bool meta, const Tensor& x, int64_t block_size,
+                      c10::string_view scaling_mode, const OptTensor& offs) {
   const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs);
   Outputs o;
-  if (variant != Variant::kColwise) {
+  if (path != Path::kColwise) {
     o.q_row = empty_output(x, call.q, at::kFloat8_e4m3fn);
     o.s_row = empty_output(x, call.s_row, at::kFloat8_e8m0fnu);
   }
-  if (variant != Variant::kRowwise) {
+  if (path != Path::kRowwise) {
     // The (K, M) storage seen as (M, K): strides (1, M), M = 0 included.
     o.q_col = empty_output(x, call.q, at::kFloat8_e4m3fn, {SymInt(1), call.q[0]});
     o.s_col = empty_output(x, call.s_col, at::kFloat8_e8m0fnu);
   }
-  if (!meta) run_quantize(op, variant, x, call, offs, o);
+  if (!meta) run_quantize(op, path, x, call, offs, o);
   return o;
 }
 
@@ -351,22 +354,21 @@ void quantize_out(const Tensor& x, int64_t block_size, c10::string_view scaling_
           op, ": ", tensors[j].first, " must not overlap ", tensors[i].first);
     }
   }
-  run_quantize(op, Variant::kFused, x, call, offs, o);
+  run_quantize(op, Path::kFused, x, call, offs, o);
 }
 
 // The ops. kMeta: the Meta key's instance, which allocates and makes no core call.
 template <bool kMeta>
 Quant4 quantize(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
                 const OptTensor& offs) {
-  Outputs o =
-      quantize_impl("mxq.quantize", Variant::kFused, kMeta, x, block_size, scaling_mode, offs);
+  Outputs o = quantize_impl("mxq.quantize", Path::kFused, kMeta, x, block_size, scaling_mode, offs);
   return {o.q_row, o.s_row, o.q_col, o.s_col};
 }
 
 template <bool kMeta>
 Quant4 quantize_composed(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
                          const OptTensor& offs) {
-  Outputs o = quantize_impl("mxq.quantize_composed", Variant::kComposed, kMeta, x, block_size,
+  Outputs o = quantize_impl("mxq.quantize_composed", Path::kComposed, kMeta, x, block_size,
                             scaling_mode, offs);
   return {o.q_row, o.s_row, o.q_col, o.s_col};
 }
@@ -374,7 +376,7 @@ Quant4 quantize_composed(const Tensor& x, int64_t block_size, c10::string_view s
 template <bool kMeta>
 Quant2 quantize_rowwise(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
                         const OptTensor& offs) {
-  Outputs o = quantize_impl("mxq.quantize_rowwise", Variant::kRowwise, kMeta, x, block_size,
+  Outputs o = quantize_impl("mxq.quantize_rowwise", Path::kRowwise, kMeta, x, block_size,
                             scaling_mode, offs);
   return {o.q_row, o.s_row};
 }
@@ -382,7 +384,7 @@ Quant2 quantize_rowwise(const Tensor& x, int64_t block_size, c10::string_view sc
 template <bool kMeta>
 Quant2 quantize_colwise(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
                         const OptTensor& offs) {
-  Outputs o = quantize_impl("mxq.quantize_colwise", Variant::kColwise, kMeta, x, block_size,
+  Outputs o = quantize_impl("mxq.quantize_colwise", Path::kColwise, kMeta, x, block_size,
                             scaling_mode, offs);
   return {o.q_col, o.s_col};
 }

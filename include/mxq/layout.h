@@ -22,8 +22,8 @@
 
 namespace mxq {
 
-constexpr int kAtomRows = 128;                     // rows of one blocked scale atom
-constexpr int kAtomCols = 4;                       // scale columns of one atom
+constexpr int kAtomRows = Mxfp8::kAtomRows;        // rows of one blocked scale atom
+constexpr int kAtomCols = Mxfp8::kAtomCols;        // scale columns of one atom
 constexpr int kAtomBytes = kAtomRows * kAtomCols;  // 512
 constexpr int kMaxGroups = 1024;                   // largest G accepted in grouped mode
 // M, K and every group boundary (offs entry) are multiples of one scale block on every path.
@@ -73,13 +73,16 @@ struct Extent2d {
 };
 using Shape2d = Extent2d<int64_t>;
 
-template <typename Int>
+// The blocked layout of a (rows, cols) scale matrix: whole atoms.
+template <typename Int, class Format = Mxfp8>
 MXQ_HD constexpr Extent2d<Int> blocked_shape(const Int& rows, const Int& cols) {
-  return {round_up(rows, kAtomRows), round_up(cols, kAtomCols)};
+  static_assert(is_blocked_v<Format>, "a format whose scale bytes lie in 128x4 atoms");
+  return {round_up(rows, Format::kAtomRows), round_up(cols, Format::kAtomCols)};
 }
 
 // ---- shapes of every output, x of logical shape (M, K): the one place they are written ----
-// (Int = int64_t for the core, the reference and the tools; c10::SymInt for the torch layer.)
+// (Int = int64_t for the core, the reference and the tools; c10::SymInt for the torch layer.
+// Format: the block format, MXFP8 unless named.)
 template <typename Int>
 MXQ_HD constexpr Extent2d<Int> q_row_shape(const Int& M, const Int& K) {
   return {M, K};
@@ -88,25 +91,26 @@ template <typename Int>
 MXQ_HD constexpr Extent2d<Int> q_col_shape(const Int& M, const Int& K) {  // physical (K, M)
   return {K, M};
 }
-template <typename Int>
+template <typename Int, class Format = Mxfp8>
 MXQ_HD constexpr Extent2d<Int> s_row_plain_shape(const Int& M, const Int& K) {
-  return {M, K / kBlock};
+  return {M, K / Format::kBlock};
 }
-template <typename Int>
+template <typename Int, class Format = Mxfp8>
 MXQ_HD constexpr Extent2d<Int> s_col_plain_shape(const Int& M, const Int& K) {
-  return {K, M / kBlock};
+  return {K, M / Format::kBlock};
 }
 // Rowwise scales: dense blocked without groups, else the M-groups allocation
 // (roundup(M,128) + 128G, roundup(K/32,4)), which holds any offs without a host sync.
-template <typename Int>
+template <typename Int, class Format = Mxfp8>
 MXQ_HD constexpr Extent2d<Int> s_row_shape(const Int& M, const Int& K) {
-  return blocked_shape(M, K / kBlock);
+  return blocked_shape<Int, Format>(M, K / Format::kBlock);
 }
-template <typename Int>
+template <typename Int, class Format = Mxfp8>
 MXQ_HD constexpr Extent2d<Int> s_row_shape(const Int& M, const Int& K, const Int& num_groups,
                                            bool grouped) {
-  if (!grouped) return blocked_shape(M, K / kBlock);
-  return {round_up(M, kAtomRows) + kAtomRows * num_groups, round_up(K / kBlock, kAtomCols)};
+  if (!grouped) return blocked_shape<Int, Format>(M, K / Format::kBlock);
+  return {round_up(M, Format::kAtomRows) + Format::kAtomRows * num_groups,
+          round_up(K / Format::kBlock, Format::kAtomCols)};
 }
 // The int64 form: num_groups == 0 means dense.
 MXQ_HD constexpr Shape2d s_row_shape(int64_t M, int64_t K, int64_t num_groups) {
@@ -114,11 +118,11 @@ MXQ_HD constexpr Shape2d s_row_shape(int64_t M, int64_t K, int64_t num_groups) {
 }
 // Colwise scales: dense blocked without groups (grouped = false), else the K-groups allocation
 // (roundup(K,128), M/32 + 4G), which holds any offs without a host sync.
-template <typename Int>
+template <typename Int, class Format = Mxfp8>
 MXQ_HD constexpr Extent2d<Int> s_col_shape(const Int& M, const Int& K, const Int& num_groups,
                                            bool grouped) {
-  if (!grouped) return blocked_shape(K, M / kBlock);
-  return {round_up(K, kAtomRows), M / kBlock + kAtomCols * num_groups};
+  if (!grouped) return blocked_shape<Int, Format>(K, M / Format::kBlock);
+  return {round_up(K, Format::kAtomRows), M / Format::kBlock + Format::kAtomCols * num_groups};
 }
 // The int64 form: num_groups == 0 means dense.
 MXQ_HD constexpr Shape2d s_col_shape(int64_t M, int64_t K, int64_t num_groups = 0) {
@@ -126,11 +130,11 @@ MXQ_HD constexpr Shape2d s_col_shape(int64_t M, int64_t K, int64_t num_groups = 
 }
 
 // ---- the padded row space of routed rows (docs/numerics.md §12, §12.1) ----
-// N routed rows in E groups of any size, each group padded to a multiple of 32: enough rows for any
-// counts, known without reading them.
-template <typename Int>
+// Its row count Mp: N routed rows in E groups of any size, each group padded to a multiple of the
+// block (32), enough rows for any counts, known without reading them.
+template <typename Int, class Format = Mxfp8>
 MXQ_HD constexpr Int padded_rows(const Int& N, const Int& num_groups) {
-  return round_up(N + num_groups * int64_t(kGroupAlign - 1), kGroupAlign);
+  return round_up(N + num_groups * int64_t(Format::kBlock - 1), Format::kBlock);
 }
 
 // ---- expert weights W (G, N, K): each expert's (N, K) matrix quantized on its own ----

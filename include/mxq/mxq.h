@@ -6,7 +6,8 @@
 // null data/scale pair skips that axis. mxq::ref::quantize(p) is the bit-exact CPU reference of
 // the same call (host pointers). mxq::quantize_composed(p, workspace) is the three-kernel baseline
 // the fused kernel replaces (benchmarks compare against it). mxq::quantize_routed(p) is the MoE
-// input stage: gather routed rows of x, pad each expert's rows to 32, quantize both axes (below).
+// input stage: gather routed rows of x, pad each expert's rows to 32, quantize the axes whose
+// pointers are set, rowwise, colwise or both (below).
 //
 //   mxq::QuantizeParams p;
 //   p.x = x; p.M = M; p.K = K;                       // bf16, row-major, device memory

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "mxq/format.h"
+
 #if defined(__CUDACC__)
 #define MXQ_HD __host__ __device__ __forceinline__
 #else
@@ -27,7 +29,7 @@ enum class ScalingMode : int32_t { kRceil = 0, kFloor = 1 };
 enum class DType : int32_t { kBFloat16 = 0, kFloat16 = 1, kFloat32 = 2 };
 constexpr int dtype_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 
-constexpr int kBlock = 32;                // elements per scale block, both axes
+constexpr int kBlock = Mxfp8::kBlock;     // elements per scale block, both axes
 constexpr uint8_t kE8m0Nan = 0xFF;        // scale byte of a block holding NaN or Inf
 constexpr uint8_t kE4m3Nan = 0x7F;        // data byte mxq writes for NaN
 constexpr uint8_t kE4m3MaxFinite = 0x7E;  // 448

@@ -1,14 +1,12 @@
 // The public entry points: validate (docs/numerics.md §9), then launch. The CPU reference lives in
 // src/ref/.
-#include <atomic>
 #include <sstream>
 
+#include "../common/check.h"
+#include "../common/offs.h"
+#include "../common/validate.h"
 #include "../kernels/launch.h"
-#include "check.h"
 #include "mxq/mxq.h"
-#include "offs.h"
-#include "testing.h"
-#include "validate.h"
 
 namespace mxq {
 
@@ -86,7 +84,7 @@ void quantize(const QuantizeParams& p) {
     detail::validate(p);
     if (detail::nothing_to_write(p)) return;
     detail::require_supported_device();
-    detail::launch_quantize(p);
+    detail::launch_quantize(p, detail::kAutoTileRows);
   });
 }
 
@@ -100,7 +98,7 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
               "workspace is null (it needs composed_workspace_bytes(M, K) = ",
               composed_workspace_bytes(p.M, p.K), " bytes)");
     detail::require_supported_device();
-    detail::launch_quantize_composed(p, static_cast<uint8_t*>(workspace));
+    detail::launch_quantize_composed(p, static_cast<uint8_t*>(workspace), detail::kAutoTileRows);
   });
 }
 
@@ -120,20 +118,7 @@ void quantize_routed(const QuantizeRoutedParams& p) {
     MXQ_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0,
               "workspace must be 16-byte aligned, got address ", p.workspace);
     detail::require_supported_device();
-    detail::launch_quantize_routed(p);
-  });
-}
-
-namespace {
-std::atomic<int> tile_rows_setting{0};
-}  // namespace
-
-int detail::forced_tile_rows() { return tile_rows_setting.load(std::memory_order_relaxed); }
-
-void detail::force_tile_rows(int rows) {
-  detail::with_op("mxq::force_tile_rows", [&] {
-    MXQ_CHECK(rows == 0 || rows == 64 || rows == 128, "rows must be 0, 64 or 128, got ", rows);
-    tile_rows_setting.store(rows, std::memory_order_relaxed);
+    detail::launch_quantize_routed(p, detail::kAutoTileRows);
   });
 }
 

@@ -5,10 +5,10 @@
 #include <sstream>
 #include <vector>
 
+#include "../common/check.h"
+#include "../common/offs.h"
+#include "../common/validate.h"
 #include "../kernels/launch.h"
-#include "check.h"
-#include "offs.h"
-#include "validate.h"
 
 namespace mxq {
 

@@ -1,6 +1,6 @@
 // The GPU entry points of a build without CUDA: each refuses clearly instead of pretending to run.
+#include "../common/check.h"
 #include "../kernels/launch.h"
-#include "check.h"
 
 namespace mxq {
 namespace detail {
@@ -12,11 +12,11 @@ namespace detail {
 }
 
 void require_supported_device() { no_cuda(); }
-void launch_quantize(const QuantizeParams&) { no_cuda(); }
-void launch_quantize_composed(const QuantizeParams&, uint8_t*) { no_cuda(); }
+void launch_quantize(const QuantizeParams&, int) { no_cuda(); }
+void launch_quantize_composed(const QuantizeParams&, uint8_t*, int) { no_cuda(); }
 void launch_dequantize(const DequantizeParams&) { no_cuda(); }
 void launch_quantize_weight(const QuantizeWeightParams&) { no_cuda(); }
-void launch_quantize_routed(const QuantizeRoutedParams&) { no_cuda(); }
+void launch_quantize_routed(const QuantizeRoutedParams&, int) { no_cuda(); }
 
 }  // namespace detail
 

@@ -1,13 +1,18 @@
-// Hooks for mxq's own GPU tests and fuzz driver, outside the public API and not installed (tests
-// add src/ to their include path).
+// Entry points for mxq's own GPU tests and fuzz driver: the public ones with the 16-bit quantize
+// kernels' tile height given, so that a test covers both tile kernels on any shape. Not part of the
+// library: testing.cpp is built into mxq_testing, which only the test build makes and links (the
+// header is not installed; tests add src/ to their include path).
 #pragma once
+
+#include "mxq/mxq.h"
 
 namespace mxq::detail {
 
-// The tile height of the 16-bit quantize kernels for every later call in the process: 0 (the
-// default) lets each launch choose (64 rows when the 64-row tiles all fit in one wave of resident
-// CTAs, else 128); 64 or 128 forces it, so that a test covers both tile kernels on any shape. The
-// bytes written are the same either way. Process-wide: a launch on another thread sees it too.
-void force_tile_rows(int rows);
+// tile_rows 0: the public entry point itself (the launch chooses: 64 rows when the 64-row tiles all
+// fit in one wave of resident CTAs, else 128); 64 or 128: that height, after the same argument
+// checks. The bytes written are the same either way.
+void quantize_with_tile_rows(const QuantizeParams& p, int tile_rows);
+void quantize_composed_with_tile_rows(const QuantizeParams& p, void* workspace, int tile_rows);
+void quantize_routed_with_tile_rows(const QuantizeRoutedParams& p, int tile_rows);
 
 }  // namespace mxq::detail

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "../host/check.h"
+#include "../common/check.h"
 #include "mxq/layout.h"
 #include "mxq/numerics.h"
 #include "ptx.cuh"
@@ -21,8 +21,8 @@ namespace mxq::kernels {
 // each kernel's first statement, ptx::griddepcontrol_wait(), holds them until that work has
 // completed and its writes are visible. So every read and write happens when it would after a plain
 // launch; what is saved is part of the gap between two kernels. Captured in a CUDA graph, the
-// dependency becomes a programmatic edge. Rejected: letting dependents in earlier
-// (griddepcontrol.launch_dependents) made the composed path up to 9% slower.
+// dependency becomes a programmatic edge. No kernel lets its dependents in earlier
+// (griddepcontrol.launch_dependents; docs/performance.md, "Programmatic dependent launch").
 template <typename... Params, typename... Args>
 void launch_dependent(void (*kernel)(Params...), unsigned ctas, int threads, int smem_bytes,
                       cudaStream_t stream, const Args&... args) {
@@ -87,9 +87,8 @@ __device__ __forceinline__ uint32_t amax_fold(uint32_t m) {
 
 // Scale byte, multiplier and NaN mask of one block from its amax (the input's bit pattern, as
 // amax_fold gives it: 16-bit in the low half, or fp32). NOTES: a NaN/Inf block (s = 255) is
-// written as 0x7F bytes through `nan` (all ones) with plain bit operations. Rejected: a
-// conditional, which becomes a branch around the conversion that recomputes r in every branch
-// (+160 instructions per thread in the colwise pass).
+// written as 0x7F bytes through `nan` (all ones) with plain bit operations, not a conditional,
+// which ptxas turns into a branch around the conversion (docs/performance.md, "NaN blocks").
 struct BlockScale {
   uint8_t s;
   float r;
@@ -131,8 +130,7 @@ __device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float 
 // ---- data stores ----
 
 // One 16-byte global store, .cs (streaming) when kStreaming. Only the expert-weight kernel streams
-// its stores (3-5% faster on the H200); the activation kernels store plainly (.cs made fused dense
-// 1-2% slower behind their cp.async loads).
+// its stores; the activation kernels store plainly (docs/performance.md, "Stores").
 template <bool kStreaming = false>
 __device__ __forceinline__ void store16(void* ptr, uint4 v) {
   if constexpr (kStreaming) {
@@ -264,8 +262,8 @@ __device__ __forceinline__ Segment scan_groups_by(const int32_t* offs, int G, in
 }
 
 // The scan with as few groups per lane as G allows: its sequential part (a lane's groups, one after
-// another) is kPer deep, and every grouped CTA's planning waits for it (rejected: 8 per lane for
-// every G, up to 10% slower grouped kernels at G <= 64, 26% at 512x4096).
+// another) is kPer deep, and every grouped CTA's planning waits for it (docs/performance.md,
+// "Grouped (MoE)").
 template <typename Visit>
 __device__ __forceinline__ Segment scan_groups(const int32_t* offs, int G, int64_t M,
                                                Visit&& visit) {

@@ -5,9 +5,8 @@
 // and by round-trip tests; not on the quantization hot path.
 //
 // Work comes in 16-byte chunks (16 codes, half a block). The blocked (dense) layout takes the codes
-// as one flat run of chunks, two per thread, so no CTA is a partial tile (rejected: 128x128 tiles,
-// whose half-empty last column tile ran a ragged 8160x2880 at 0.95 of its aligned neighbour's TB/s
-// on the H200, against 0.99 flat). The grouped layouts take one CTA per 128x128 tile (partial at
+// as one flat run of chunks, two per thread, so no CTA is a partial tile (docs/performance.md,
+// "Dequantize"). The grouped layouts take one CTA per 128x128 tile (partial at
 // the edges: rows and cols are multiples of 32), four chunks per thread, since a tile's 32-token
 // bands share their scale places; each band's atom and band there come once from one warp's scan
 // of offs (scales.cuh plan_tile_places).
@@ -15,8 +14,7 @@
 // Each thread loads its chunks and their scales, then converts each into 32 bytes — two codes per
 // step through fp16 where that is exact (numerics.h, dequantize_pair_exact), which keeps the kernel
 // at the memory roof instead of the ALU's — and stores them with its neighbour lane (common.cuh
-// store_block_pair), so that every 16-byte store completes a 32-byte sector (rejected: each lane
-// storing its own 32 bytes, dense 6-15% and grouped 3-6% slower on the H200).
+// store_block_pair), so that every 16-byte store completes a 32-byte sector.
 #include <cuda_runtime.h>
 
 #include <type_traits>
@@ -36,7 +34,7 @@ struct DequantConfig {
   static constexpr int kTileCols = kAtomCols * kBlock;
   static constexpr int kChunksPerRow = kTileCols / kChunk;             // 8
   static constexpr int kLoads = kTileRows * kChunksPerRow / kThreads;  // 4
-  static constexpr int kFlatLoads = 2;  // blocked: 2 (rejected: 4, 1% slower)
+  static constexpr int kFlatLoads = 2;  // blocked (docs/performance.md, "Dequantize")
   static_assert(kBlock % kChunk == 0, "a chunk lies in one block");
 };
 
@@ -163,8 +161,8 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     const int64_t c = c0 + idx % DequantConfig::kChunksPerRow * DequantConfig::kChunk;
     const bool in = r < p.rows && c < p.cols;  // the same for both lanes of a pair (32-multiples)
     uint4 out[2] = {};                         // a token past the last group: +0
-    // placed[i] implies in; the redundant test keeps the grouped kernels at 56 registers (rejected:
-    // without it ptxas takes 48, 5 CTAs per SM, which ran grouped launches 6-14% slower).
+    // NOTES: placed[i] implies in; the redundant test keeps the grouped kernels' register count,
+    // and so their CTAs per SM (docs/performance.md, "Dequantize").
     if (in && placed[i]) dequantize_chunk(q[i], s[i], out);
     // Lanes 2j and 2j+1 hold the two 32-byte halves of one 64-byte row piece: whole sectors.
     const unsigned odd = threadIdx.x & 1;

@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "../host/check.h"
+#include "../common/check.h"
 
 namespace mxq::kernels {
 

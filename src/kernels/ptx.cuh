@@ -53,7 +53,7 @@ __device__ __forceinline__ void griddepcontrol_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
-// st (9.7.9.10): 16- and 8-byte global stores.
+// st (9.7.9.10): 16-byte global stores.
 __device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
   asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z),
                "r"(v.w)
@@ -66,10 +66,6 @@ __device__ __forceinline__ void st_global_cs_v4(void* ptr, uint4 v) {
   asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(ptr), "r"(v.x), "r"(v.y),
                "r"(v.z), "r"(v.w)
                : "memory");
-}
-
-__device__ __forceinline__ void st_global_v2(void* ptr, uint2 v) {
-  asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(ptr), "r"(v.x), "r"(v.y) : "memory");
 }
 
 // bar (9.7.13.1): named barrier kId (1..15; 0 is __syncthreads) over `threads` threads, a

@@ -1,8 +1,9 @@
-// The activation quantize launchers behind mxq::quantize and mxq::quantize_composed: each call's
-// variant (quantize.h), tile height and input type choose one tile kernel (quantize_tile.cuh).
+// The activation quantize launchers behind mxq::quantize, mxq::quantize_composed and
+// mxq::quantize_routed: each call's variant (quantize.h), tile height and input type choose one
+// tile kernel family's launch_tile (quantize_tile.cuh), compiled in instantiations/.
 #include <cuda_runtime.h>
 
-#include "../host/validate.h"
+#include "../common/validate.h"
 #include "launch.h"
 #include "quantize_tile.cuh"
 
@@ -10,19 +11,18 @@ namespace mxq::kernels {
 namespace {
 
 // The tile height of a launch: fp32 tiles hold 64 rows (ConfigF32). 16-bit tiles hold 128 rows,
-// or 64 when the 64-row tiles all fit in one wave of resident CTAs (fused at 512x4096 and
-// 1024x4096 on the H200: 0.97 and 0.92 of the 128-row time; rejected with a second wave,
-// 2048x4096: 1.09).
-int tile_rows(const QuantizeParams& p) {
-  if (p.dtype == DType::kFloat32) return ConfigF32::kRows;
-  const int forced = detail::forced_tile_rows();
-  if (forced != 0) return forced;
+// or 64 when the 64-row tiles all fit in one wave of resident CTAs (docs/performance.md, "64-row
+// tiles under one wave"); `requested` (64 or 128: the tests' entry points, src/host/testing.h)
+// overrides that choice.
+int tile_rows(const QuantizeParams& p, int requested) {
+  if (p.dtype == DType::kFloat32) return ConfigF32<>::kRows;
+  if (requested != detail::kAutoTileRows) return requested;
   const int64_t half_tiles = ceil_div(p.M, kAtomRows / 2) * ceil_div(p.K, kTileCols);
   const int64_t resident = int64_t(Config<>::kMinBlocksPerSm) * detail::multiprocessor_count();
   return half_tiles <= resident ? kAtomRows / 2 : kAtomRows;
 }
 
-RoutedTileParams tile_params(const QuantizeParams& p) {
+RoutedTileParams tile_params(const QuantizeParams& p, int requested_rows) {
   RoutedTileParams t{};
   t.x = static_cast<const uint16_t*>(p.x);
   t.M = p.M;
@@ -34,30 +34,30 @@ RoutedTileParams tile_params(const QuantizeParams& p) {
   t.offs = p.offs;
   t.num_groups = static_cast<int>(p.num_groups);
   t.status = p.status;
-  t.rows = tile_rows(p);
+  t.rows = tile_rows(p, requested_rows);
   t.m_tiles = ceil_div(p.M, t.rows);
   t.k_tiles = ceil_div(p.K, kTileCols);
   t.tiles = t.m_tiles * t.k_tiles;
   return t;
 }
 
-// The tile kernel of t's height and the input type, for `variant`.
-void launch(const RoutedTileParams& t, Variant variant, DType in, ScalingMode mode,
-            cudaStream_t stream) {
-  const bool routed = variant == Variant::kRoutedRowwise || variant == Variant::kRoutedColwise ||
-                      variant == Variant::kRoutedDual;
-  dispatch_bool(routed, [&](auto r) {
-    constexpr bool kRouted = decltype(r)::value;
-    if (in == DType::kFloat32) return launch_tile_f32<kRouted>(t, variant, mode, stream);
-    dispatch<DType::kBFloat16, DType::kFloat16>(in, [&](auto d) {
-      constexpr DType kIn = decltype(d)::value;
-      if (t.rows == kAtomRows) {
-        launch_tile128<kIn, kRouted>(t, variant, mode, stream);
-      } else {
-        launch_tile64<kIn, kRouted>(t, variant, mode, stream);
-      }
-    });
-  });
+// The launcher of the tile kernel family for the input type and a tile height (fp32: any, its tiles
+// hold 64 rows); routed: of the routed variants. Validation has refused every other input type.
+// The format is MXFP8, the one of QuantizeParams.
+using TileLauncher = void (*)(const RoutedTileParams&, Variant, ScalingMode, cudaStream_t);
+template <class Family, DType kIn>
+TileLauncher launcher_of(bool routed) {
+  return routed ? launch_tile<Mxfp8, Family, kIn, true> : launch_tile<Mxfp8, Family, kIn, false>;
+}
+TileLauncher tile_launcher(DType in, int rows, bool routed) {
+  if (in == DType::kFloat32) return launcher_of<TileF32, DType::kFloat32>(routed);
+  const bool tall = rows == kAtomRows;
+  if (in == DType::kFloat16) {
+    return tall ? launcher_of<Tile128, DType::kFloat16>(routed)
+                : launcher_of<Tile64, DType::kFloat16>(routed);
+  }
+  return tall ? launcher_of<Tile128, DType::kBFloat16>(routed)
+              : launcher_of<Tile64, DType::kBFloat16>(routed);
 }
 
 }  // namespace
@@ -66,12 +66,13 @@ void launch(const RoutedTileParams& t, Variant variant, DType in, ScalingMode mo
 namespace mxq::detail {
 using kernels::Variant;
 
-void launch_quantize(const QuantizeParams& p) {
+void launch_quantize(const QuantizeParams& p, int tile_rows) {
   const bool grouped = p.offs != nullptr;
   const Variant variant = !p.colwise()   ? (grouped ? Variant::kGroupedRowwise : Variant::kRowwise)
                           : !p.rowwise() ? (grouped ? Variant::kGroupedColwise : Variant::kColwise)
                                          : (grouped ? Variant::kGroupedDual : Variant::kDual);
-  kernels::launch(kernels::tile_params(p), variant, p.dtype, p.scaling_mode, p.stream);
+  const kernels::RoutedTileParams t = kernels::tile_params(p, tile_rows);
+  kernels::tile_launcher(p.dtype, t.rows, false)(t, variant, p.scaling_mode, p.stream);
 }
 
 // Two launches, in stream order: the plan (route.cu) writes offs_p, dest and each padded row's
@@ -79,7 +80,7 @@ void launch_quantize(const QuantizeParams& p) {
 // programmatic dependent of it, waits for those writes (griddepcontrol.wait) and then quantizes the
 // Mp padded rows as grouped mode with offs_p. offs_p is well formed by construction (the plan
 // clamps bad counts), so the tile kernel gets no status word: the plan's is the report.
-void launch_quantize_routed(const QuantizeRoutedParams& p) {
+void launch_quantize_routed(const QuantizeRoutedParams& p, int tile_rows) {
   const int64_t Mp = padded_rows(p.N, p.num_experts);
   auto* route = static_cast<kernels::RouteEntry*>(p.workspace);
   if (p.status != nullptr) MXQ_CHECK_CUDA(cudaMemsetAsync(p.status, 0, sizeof(int32_t), p.stream));
@@ -112,30 +113,31 @@ void launch_quantize_routed(const QuantizeRoutedParams& p) {
   q.q_col = p.q_col;
   q.s_col = p.s_col;
   if (nothing_to_write(q)) return;
-  kernels::RoutedTileParams t = kernels::tile_params(q);
+  kernels::RoutedTileParams t = kernels::tile_params(q, tile_rows);
   t.route = route;
   t.scaled = p.scale != nullptr;
   const Variant variant = !q.colwise()   ? Variant::kRoutedRowwise
                           : !q.rowwise() ? Variant::kRoutedColwise
                                          : Variant::kRoutedDual;
-  kernels::launch(t, variant, p.dtype, p.scaling_mode, p.stream);
+  kernels::tile_launcher(p.dtype, t.rows, true)(t, variant, p.scaling_mode, p.stream);
 }
 
 // The baseline: the rowwise kernel (M-groups s_row itself when grouped: the layout is the same
 // kernel's), the colwise kernel writing plain S_col, and to_blocked placing it.
-void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace) {
-  kernels::RoutedTileParams row = kernels::tile_params(p);
+void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace, int tile_rows) {
+  kernels::RoutedTileParams row = kernels::tile_params(p, tile_rows);
   row.q_col = row.s_col = nullptr;
   row.status = nullptr;  // to_blocked reports on offs
   const Variant row_variant = p.offs == nullptr ? Variant::kRowwise : Variant::kGroupedRowwise;
-  kernels::launch(row, row_variant, p.dtype, p.scaling_mode, p.stream);
-  kernels::RoutedTileParams col = kernels::tile_params(p);
+  kernels::tile_launcher(p.dtype, row.rows, false)(row, row_variant, p.scaling_mode, p.stream);
+  kernels::RoutedTileParams col = kernels::tile_params(p, tile_rows);
   col.q_row = col.s_row = nullptr;
   col.s_col = workspace;  // plain S_col (K, M/32)
   col.offs = nullptr;
   col.num_groups = 0;
   col.status = nullptr;
-  kernels::launch(col, Variant::kColwisePlain, p.dtype, p.scaling_mode, p.stream);
+  kernels::tile_launcher(p.dtype, col.rows, false)(col, Variant::kColwisePlain, p.scaling_mode,
+                                                   p.stream);
   launch_to_blocked(workspace, p);
 }
 

@@ -1,11 +1,11 @@
 // The activation quantize kernels' launch interface, plain C++ (no CUDA types): what quantize.cu's
-// host code passes to the tile kernels, and the launchers each kernel family defines.
-//   quantize_tile128.cuh  16-bit input, 128x128 tiles (one scale atom per axis)
-//   quantize_tile64.cuh   16-bit input, 64x128 tiles (launches under one wave of resident CTAs)
-//   quantize_f32.cuh      fp32 input, 64x128 tiles
-// Each family is compiled once per input type (quantize_tile{128,64}_{bf16,fp16}.cu,
-// quantize_f32.cu) and once more for the routed variants (..._routed.cu), so the kernels build in
-// parallel.
+// host code passes to the tile kernels, and the one launcher of every tile kernel family.
+//   quantize_tile128.cuh  Tile128: 16-bit input, 128x128 tiles (one scale atom per axis)
+//   quantize_tile64.cuh   Tile64: 16-bit input, 64x128 tiles (launches under one wave of resident
+//                         CTAs)
+//   quantize_f32.cuh      TileF32: fp32 input, 64x128 tiles
+// launch_tile (quantize_tile.cuh) is compiled once per family, input type and routing in
+// instantiations/, so the kernels build in parallel.
 #pragma once
 
 #include <cstdint>
@@ -15,8 +15,9 @@
 
 namespace mxq::kernels {
 
-// What one launch writes. These seven are every combination something runs (launch_quantize and
-// the composed path); each is one kernel per input type, scaling mode and tile height.
+// What one launch writes. These ten are every combination something runs (launch_quantize, the
+// composed path and quantize_routed); each is one kernel per input type, scaling mode and tile
+// height.
 enum class Variant {
   kRowwise,         // q_row, s_row blocked
   kColwise,         // q_col, s_col blocked
@@ -51,7 +52,7 @@ struct TileParams {
   int32_t* status;
   int64_t m_tiles, k_tiles;  // ceil(M/rows), ceil(K/128)
   int64_t tiles;             // CTAs past this zero-fill grouped slack and write the status word
-  Divider fast;              // by the tiles along the axis a CTA index walks fastest (launch_tiles)
+  Divider fast;              // by the tiles along the axis a CTA index walks fastest (launch_tile)
   int rows;                  // tile height: 128 or 64 (16-bit input), 64 (fp32); for the launcher
 };
 
@@ -63,18 +64,31 @@ struct RoutedTileParams : TileParams {
   bool scaled;
 };
 
-// One launch of the tile kernel of each family for `variant` and `mode`; kRouted: the routed
-// variants (instantiated in their own translation units; p.route set), else the others (p.route
-// unused).
-template <DType kIn, bool kRouted>
-void launch_tile128(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                    cudaStream_t stream);
-template <DType kIn, bool kRouted>
-void launch_tile64(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                   cudaStream_t stream);
-template <bool kRouted>
-void launch_tile_f32(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                     cudaStream_t stream);
+// The tile kernel families (quantize_tile128.cuh, quantize_tile64.cuh, quantize_f32.cuh).
+struct Tile128;
+struct Tile64;
+struct TileF32;
+
+// One launch of Family's tile kernel of block format Format (include/mxq/format.h) for `variant`
+// and `mode` (quantize_tile.cuh); kRouted: the routed variants (p.route set), else the others
+// (p.route unused).
+template <class Format, class Family, DType kIn, bool kRouted>
+void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream);
+// Each compiled in its own translation unit (instantiations/), never where it is called.
+#define MXQ_TILE_INSTANCE(Family, kIn, kRouted)                                                   \
+  extern template void launch_tile<Mxfp8, Family, kIn, kRouted>(const RoutedTileParams&, Variant, \
+                                                                ScalingMode, cudaStream_t);
+MXQ_TILE_INSTANCE(Tile128, DType::kBFloat16, false)
+MXQ_TILE_INSTANCE(Tile128, DType::kBFloat16, true)
+MXQ_TILE_INSTANCE(Tile128, DType::kFloat16, false)
+MXQ_TILE_INSTANCE(Tile128, DType::kFloat16, true)
+MXQ_TILE_INSTANCE(Tile64, DType::kBFloat16, false)
+MXQ_TILE_INSTANCE(Tile64, DType::kBFloat16, true)
+MXQ_TILE_INSTANCE(Tile64, DType::kFloat16, false)
+MXQ_TILE_INSTANCE(Tile64, DType::kFloat16, true)
+MXQ_TILE_INSTANCE(TileF32, DType::kFloat32, false)
+MXQ_TILE_INSTANCE(TileF32, DType::kFloat32, true)
+#undef MXQ_TILE_INSTANCE
 
 // The routing plan of a quantize_routed call (route.cu): offs_p, dest, the RouteEntry of each of
 // the Mp padded rows, the status word.

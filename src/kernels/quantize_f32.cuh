@@ -14,7 +14,8 @@
 // 8-lane phase of the load (8 chunks of one block) and rowwise passes (chunk i of blocks 0..3 of
 // rows r, r+1) the keys take 8 values; in the colwise pass a warp reads 16 columns of rows j and
 // j + 32, which the row-bit-5 term sends to complementary bank halves.
-// Instantiated by quantize_f32.cu and, for the routed variants, quantize_f32_routed.cu.
+// Instantiated by instantiations/quantize_f32.cu and, for the routed variants,
+// instantiations/quantize_f32_routed.cu.
 #pragma once
 
 #include "quantize_tile.cuh"
@@ -47,9 +48,9 @@ __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock
 }
 
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
-template <ScalingMode kMode, Variant kV, class Params>
+template <class Format, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile_f32_body(const Params& p) {
-  using C = ConfigF32;
+  using C = ConfigF32<Format>;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -158,18 +159,19 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
   }
 }
 
-template <ScalingMode kMode, Variant kV>
-__global__ void __launch_bounds__(ConfigF32::kThreads, Config<>::kMinBlocksPerSm)
+template <class Format, ScalingMode kMode, Variant kV>
+__global__ void __launch_bounds__(ConfigF32<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile_f32_kernel(const TileParamsOf<kV> p) {
-  tile_f32_body<kMode, kV>(p);
+  tile_f32_body<Format, kMode, kV>(p);
 }
 
-template <bool kRouted>
-void launch_tile_f32(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                     cudaStream_t stream) {
-  launch_variant<kRouted>(p, variant, mode, ConfigF32::kThreads, stream, [](auto v, auto m) {
-    return quantize_tile_f32_kernel<decltype(m)::value, decltype(v)::value>;
-  });
-}
+// The family's kernels for launch_tile (quantize_tile.cuh).
+struct TileF32 {
+  template <class Format, DType kIn, ScalingMode kMode, Variant kV>
+  static auto kernel() {
+    static_assert(kIn == DType::kFloat32, "the fp32 tile kernel");
+    return quantize_tile_f32_kernel<Format, kMode, kV>;
+  }
+};
 
 }  // namespace mxq::kernels

@@ -1,7 +1,8 @@
 // MXFP8 quantization of activations, the parts its tile kernels share (quantize_tile128.cuh,
-// quantize_tile64.cuh, quantize_f32.cu): one CTA quantizes one tile of x, 128 columns by 128 or 64
-// rows, and writes the outputs of its variant (quantize.h Variant): rowwise 1x32 blocks, colwise
-// 32x1 blocks (transposed output), or both from one read of x (docs/numerics.md §2-§10).
+// quantize_tile64.cuh, quantize_f32.cuh) and their launcher (launch_tile): one CTA quantizes one
+// tile of x, 128 columns by 128 or 64 rows, and writes the outputs of its variant (quantize.h
+// Variant): rowwise 1x32 blocks, colwise 32x1 blocks (transposed output), or both from one read of
+// x (docs/numerics.md §2-§10).
 //
 // x: bf16, fp16 or fp32 (M, K) row-major, M and K multiples of 32. Outputs, each optional per
 // variant:
@@ -56,27 +57,33 @@ namespace mxq::kernels {
 // A tile's columns: one atom's 4 scale columns.
 constexpr int kTileCols = kAtomCols * kBlock;
 
-// The 16-bit tile kernels' geometry for tiles of kRows x 128: 128 rows map to one whole scale atom
-// per axis (quantize_tile128.cuh), 64 rows to half of each (quantize_tile64.cuh).
-template <int kTileRows = kAtomRows>
+// The 16-bit tile kernels' geometry for tiles of kRows x 128 of block format Format (format.h): 128
+// rows map to one whole scale atom per axis (quantize_tile128.cuh), 64 rows to half of each
+// (quantize_tile64.cuh).
+template <int kTileRows = kAtomRows, class Format = Mxfp8>
 struct Config {
+  static_assert(
+      is_blocked_v<Format> && Format::kBlock == kBlock,
+      "the tile phases are written for 32-element blocks with 128x4 atoms of scale bytes");
+  using BlockFormat = Format;
   static constexpr int kRows = kTileRows;
   static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kChunk = 8;                                 // bf16 per 16-byte load
-  static constexpr int kChunksPerRow = kTileCols / kChunk;         // 16
-  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8 (64 rows: 4) per thread
-  static constexpr int kChunksPerBlock = kBlock / kChunk;          // 4
-  static constexpr int kBlocksPerRow = kTileCols / kBlock;         // 4
+  static constexpr int kChunk = 8;                                  // bf16 per 16-byte load
+  static constexpr int kChunksPerRow = kTileCols / kChunk;          // 16
+  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;   // 8 (64 rows: 4) per thread
+  static constexpr int kChunksPerBlock = Format::kBlock / kChunk;   // 4
+  static constexpr int kBlocksPerRow = kTileCols / Format::kBlock;  // 4
   static constexpr int kRowBlocksPerThread = kRows * kBlocksPerRow / kThreads;  // 2 (1)
   static constexpr int kRowsPerWarp = kRows / kWarps;                           // 16 (8)
-  static constexpr int kBands = kRows / kBlock;     // 32-row bands: 4 (2) of the atom's 4
+  static constexpr int kBands = kRows / Format::kBlock;  // 32-row bands: 4 (2) of the atom's 4
   static constexpr int kColGroups = kTileCols / 8;  // 8-column groups, one ldmatrix column set each
   // An ldmatrix pass hands a warp 4 pieces (8-column group, band): 1 group x 4 bands, or 2 x 2.
   static constexpr int kGroupsPerPass = 4 / kBands;
   static constexpr int kColPasses = kColGroups / (kWarps * kGroupsPerPass);  // 2 (1)
   static constexpr int kMinBlocksPerSm = 4;
-  static_assert(kRows == kAtomRows || kRows == kAtomRows / 2, "tiles of 128 or 64 rows");
+  static_assert(kRows == Format::kAtomRows || kRows == Format::kAtomRows / 2,
+                "tiles of 128 or 64 rows");
   static_assert(kThreads % 32 == 0, "threads must be whole warps");
   static_assert(kTileCols % kBlock == 0, "tile must hold whole blocks");
   static_assert(kRowsPerWarp * kBlocksPerRow == 32 * kRowBlocksPerThread,
@@ -89,18 +96,20 @@ struct Config {
                 "a tile's columns map to one atom's scale columns");
 };
 
-// fp32 input (quantize_f32.cu): 64x128 tiles of 32 KiB, the 16-bit tile's shared memory.
+// fp32 input (quantize_f32.cuh): 64x128 tiles of 32 KiB, the 16-bit tile's shared memory.
+template <class Format = Mxfp8>
 struct ConfigF32 {
-  static constexpr int kThreads = Config<>::kThreads;
+  using BlockFormat = Format;
+  static constexpr int kThreads = Config<kAtomRows, Format>::kThreads;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kRows = 64;                                 // tile rows (M)
   static constexpr int kChunk = 4;                                 // fp32 per 16-byte load
   static constexpr int kChunksPerRow = kTileCols / kChunk;         // 32
-  static constexpr int kChunksPerBlock = kBlock / kChunk;          // 8
+  static constexpr int kChunksPerBlock = Format::kBlock / kChunk;  // 8
   static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8: rows per warp
-  static constexpr int kBands = kRows / kBlock;                    // 2 bands of 32 rows
+  static constexpr int kBands = kRows / Format::kBlock;            // 2 bands of 32 rows
   static_assert(kLoads * kWarps == kRows, "warp w loads rows 8w..8w+7, one per instruction");
-  static_assert(kRows * (kTileCols / kBlock) == kThreads, "rowwise: one block per thread");
+  static_assert(kRows * (kTileCols / Format::kBlock) == kThreads, "rowwise: one block per thread");
   static_assert(kTileCols * kBands == kThreads, "colwise: one block per thread");
   static_assert(sizeof(uint4[kRows][kChunksPerRow]) ==
                     sizeof(uint4[Config<>::kRows][Config<>::kChunksPerRow]),
@@ -108,7 +117,7 @@ struct ConfigF32 {
 };
 
 struct alignas(16) SharedStorage {
-  // The staged 16-bit tile, [row][16-byte chunk ^ tile_key()] (fp32: ConfigF32's layout).
+  // The staged 16-bit tile, [row][16-byte chunk ^ tile_key()] (fp32: ConfigF32<>'s layout).
   alignas(16) uint4 tile[Config<>::kRows][Config<>::kChunksPerRow];
   alignas(16) uint8_t row_atom[kAtomBytes];  // s_row atom of this tile
   alignas(16) uint8_t col_atom[kAtomBytes];  // s_col atom (blocked layouts) or [k][band] (plain)
@@ -225,9 +234,8 @@ __device__ __forceinline__ uint8_t convert_col_block(const uint32_t (&w)[kBlock 
 // The cp.async copies of a thread: chunk `chunk` (lane % 16) of rows row0 + 2i, row0 =
 // kRowsPerWarp * warp + lane / 16. Warp w loads exactly the rows its rowwise pass owns, so the
 // rowwise pass needs only __syncwarp and runs while other warps still wait for their loads. Chunks
-// past the edge of x (rows, chunk_in: how much of the tile lies inside it) are staged as zeros.
-// Rejected: ld.global into registers and st.shared (the same bytes in flight, plus registers and a
-// store pass: fused 85-88% of the copy roof on the H200 against 88-92%).
+// past the edge of x (rows, chunk_in: how much of the tile lies inside it) are staged as zeros
+// (cp.async, not register loads: docs/performance.md, "The design that was kept").
 template <class Cfg>
 __device__ __forceinline__ void issue_loads(uint4 (*tile)[Config<>::kChunksPerRow],
                                             const TileParams& p, int64_t m0, int64_t k0, int rows,
@@ -395,8 +403,8 @@ __device__ __forceinline__ int col_group(int warp, int pass, int g) {
 // 2(4n+i), 2(4n+i)+1 of its band: word 4n+i of its whole 32x1 block, in the order quantize_words
 // takes. Lanes 4j..4j+3 hold the pieces' blocks of q_col row 8*group + j, so neighbour lanes store
 // whole sectors (store_block_pair) of 64 contiguous bytes of one row. Each block's scale goes to
-// scale_sink(k, band, s). rows / cols: how much of the tile lies inside x. Rejected: a transposed
-// staging tile for q_col (fused 76-82% of the copy roof on the H200 against 85-89%).
+// scale_sink(k, band, s). rows / cols: how much of the tile lies inside x. No transposed staging
+// tile for q_col (docs/performance.md, "The design that was kept").
 template <class Cfg, DType kIn, ScalingMode kMode, class ScaleSink>
 __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[Config<>::kChunksPerRow],
                                                uint8_t* q_col_tile, int64_t M, int rows, int cols,
@@ -480,47 +488,36 @@ inline int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
   return p.status != nullptr && n == 0 ? 1 : n;
 }
 
-// Launches `kernel`, the tile kernel of variant kV, over the tiles of params (and the appended
-// CTAs of a grouped variant).
-// Params: TileParams, or RoutedTileParams for a routed kernel.
-template <Variant kV, class Params>
-void launch_tiles(void (*kernel)(Params), int threads, const Params& params, cudaStream_t stream) {
-  using V = VariantTraits<kV>;
-  constexpr int smem_bytes = static_cast<int>(sizeof(SharedStorage));
-  const int64_t grid =
-      params.tiles + (V::kGrouped ? appended_ctas(params, V::kRowwise, V::kCol) : 0);
-  MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
-  if (grid == 0) return;
-  Params p = params;
-  p.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
-  launch_dependent(kernel, static_cast<unsigned>(grid), threads, smem_bytes, stream, p);
-}
-
-// Calls f(variant, mode), both as std::integral_constant, for the runtime pair: every scaling mode
-// and every variant of the set, the 14 kernels of a tile kernel family per input type (kRouted: the
-// 6 routed ones, compiled in their own translation units).
-template <bool kRouted, typename F>
-void dispatch_variant(Variant variant, ScalingMode mode, F&& f) {
+// One launch of a tile kernel of Family (Tile128, Tile64, TileF32: Family::kernel<Format, kIn,
+// kMode, kV>()) for block format Format over the tiles of p and, grouped, the appended CTAs: the
+// kernel of the runtime variant and scaling mode. kRouted: the 3 routed variants, else the 7
+// others, each in both scaling modes (quantize.h). Instantiated once per format, family, input type
+// and kRouted in instantiations/.
+template <class Format, class Family, DType kIn, bool kRouted>
+void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode,
+                 cudaStream_t stream) {
+  const auto launch = [&](auto v, auto m) {
+    constexpr Variant kV = decltype(v)::value;
+    using V = VariantTraits<kV>;
+    const int64_t grid = p.tiles + (V::kGrouped ? appended_ctas(p, V::kRowwise, V::kCol) : 0);
+    MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
+    if (grid == 0) return;
+    TileParamsOf<kV> params = p;  // TileParams: the routed fields dropped
+    params.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
+    launch_dependent(Family::template kernel<Format, kIn, decltype(m)::value, kV>(),
+                     static_cast<unsigned>(grid), Config<kAtomRows, Format>::kThreads,
+                     static_cast<int>(sizeof(SharedStorage)), stream, params);
+  };
   dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(mode, [&](auto m) {
+    const auto with_mode = [&](auto v) { launch(v, m); };
     if constexpr (kRouted) {
-      dispatch<Variant::kRoutedRowwise, Variant::kRoutedColwise, Variant::kRoutedDual>(
-          variant, [&](auto v) { f(v, m); });
+      dispatch<Variant::kRoutedRowwise, Variant::kRoutedColwise, Variant::kRoutedDual>(variant,
+                                                                                       with_mode);
     } else {
       dispatch<Variant::kRowwise, Variant::kColwise, Variant::kDual, Variant::kGroupedRowwise,
-               Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(
-          variant, [&](auto v) { f(v, m); });
+               Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(variant,
+                                                                                        with_mode);
     }
-  });
-}
-
-// Launches the tile kernel that kernel_of(variant, mode) names (both as std::integral_constant) for
-// the runtime pair, with p as the parameters that kernel takes: one tile kernel family's launcher.
-template <bool kRouted, typename KernelOf>
-void launch_variant(const RoutedTileParams& p, Variant variant, ScalingMode mode, int threads,
-                    cudaStream_t stream, KernelOf kernel_of) {
-  dispatch_variant<kRouted>(variant, mode, [&](auto v, auto m) {
-    constexpr Variant kV = decltype(v)::value;
-    launch_tiles<kV>(kernel_of(v, m), threads, static_cast<const TileParamsOf<kV>&>(p), stream);
   });
 }
 

@@ -1,6 +1,6 @@
 // The 128-row tile kernel of 16-bit input (bf16, fp16): one CTA quantizes a 128x128 tile of x,
 // which maps to one whole 512-byte scale atom per axis (quantize_tile.cuh has the contract and the
-// phases). Instantiated per input type by quantize_tile128_{bf16,fp16}.cu.
+// phases). Instantiated per input type and routing by instantiations/quantize_tile128_*.cu.
 //   ---- load ----     8 cp.async copies of 16 bytes per thread: 32 KiB in flight per CTA, 4 CTAs
 //                      per SM (routed: from each row's source row, scaled in place after the
 //                      wait). Grouped: warp 0 then plans the tile's scale places while its own
@@ -17,9 +17,9 @@
 namespace mxq::kernels {
 
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
-template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile128_body(const Params& p) {
-  using Cfg = Config<kAtomRows>;
+  using Cfg = Config<Format::kAtomRows, Format>;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
@@ -48,18 +48,18 @@ __device__ __forceinline__ void tile128_body(const Params& p) {
   staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
 }
 
-template <DType kIn, ScalingMode kMode, Variant kV>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile128_kernel(const TileParamsOf<kV> p) {
-  tile128_body<kIn, kMode, kV>(p);
+  tile128_body<Format, kIn, kMode, kV>(p);
 }
 
-template <DType kIn, bool kRouted>
-void launch_tile128(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                    cudaStream_t stream) {
-  launch_variant<kRouted>(p, variant, mode, Config<>::kThreads, stream, [](auto v, auto m) {
-    return quantize_tile128_kernel<kIn, decltype(m)::value, decltype(v)::value>;
-  });
-}
+// The family's kernels for launch_tile (quantize_tile.cuh).
+struct Tile128 {
+  template <class Format, DType kIn, ScalingMode kMode, Variant kV>
+  static auto kernel() {
+    return quantize_tile128_kernel<Format, kIn, kMode, kV>;
+  }
+};
 
 }  // namespace mxq::kernels

@@ -2,20 +2,19 @@
 // scale atom per axis (quantize_tile.cuh has the contract and the phases). A launch takes these
 // tiles when all of them fit in one wave of resident CTAs (quantize.cu tile_rows): more, shorter
 // CTAs per SM then overlap one's loads with another's math and stores. Instantiated per input type
-// by quantize_tile64_{bf16,fp16}.cu.
+// and routing by instantiations/quantize_tile64_*.cu.
 //   ---- load ----     4 cp.async copies of 16 bytes per thread (routed: from each row's source
 //                      row, scaled in place after the wait). Grouped: warp 0 plans the tile's
-//                      scale places before its loads (rejected: planning behind them, as the
-//                      128-row tile does, cost the grouped launch 10% here, where every CTA issues
-//                      its loads at once).
+//                      scale places before its loads, not behind them as the 128-row tile does:
+//                      here every CTA issues its loads at once (docs/performance.md, "Grouped
+//                      (MoE)").
 //   ---- rowwise ----  a thread converts one whole 1x32 block.
 //   ---- colwise ----  one ldmatrix pass per warp: two 8-column groups x 2 bands.
 //   ---- scales ----   with colwise outputs, no atom is staged: each thread stores its own two
 //                      scale bytes (its row block's and its column block's, scales.cuh
 //                      store_scale_byte) where the places of its bands say, so no barrier follows
-//                      the colwise pass (0.97x the fused time at 512x4096 on the H200). The
-//                      rowwise-only kernel stages its atom and stores it per band, as the 128-row
-//                      tile does (its own bytes lost it 2-3%).
+//                      the colwise pass. The rowwise-only kernel stages its atom and stores it per
+//                      band, as the 128-row tile does (docs/performance.md, "Scale atoms").
 #pragma once
 
 #include "quantize_tile.cuh"
@@ -23,9 +22,9 @@
 namespace mxq::kernels {
 
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
-template <DType kIn, ScalingMode kMode, Variant kV, class Params>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile64_body(const Params& p) {
-  using Cfg = Config<kAtomRows / 2>;
+  using Cfg = Config<Format::kAtomRows / 2, Format>;
   using V = VariantTraits<kV>;
   static_assert(Cfg::kRowBlocksPerThread == 1 && Cfg::kColPasses == 1,
                 "a thread of a 64-row tile converts one row block and one column block");
@@ -119,18 +118,18 @@ __device__ __forceinline__ void tile64_body(const Params& p) {
   }
 }
 
-template <DType kIn, ScalingMode kMode, Variant kV>
+template <class Format, DType kIn, ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(Config<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile64_kernel(const TileParamsOf<kV> p) {
-  tile64_body<kIn, kMode, kV>(p);
+  tile64_body<Format, kIn, kMode, kV>(p);
 }
 
-template <DType kIn, bool kRouted>
-void launch_tile64(const RoutedTileParams& p, Variant variant, ScalingMode mode,
-                   cudaStream_t stream) {
-  launch_variant<kRouted>(p, variant, mode, Config<>::kThreads, stream, [](auto v, auto m) {
-    return quantize_tile64_kernel<kIn, decltype(m)::value, decltype(v)::value>;
-  });
-}
+// The family's kernels for launch_tile (quantize_tile.cuh).
+struct Tile64 {
+  template <class Format, DType kIn, ScalingMode kMode, Variant kV>
+  static auto kernel() {
+    return quantize_tile64_kernel<Format, kIn, kMode, kV>;
+  }
+};
 
 }  // namespace mxq::kernels

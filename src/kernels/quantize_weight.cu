@@ -38,7 +38,7 @@
 // NOTES:
 // - The 32x32 policy converts each tile twice, once per axis, from the same staged values with the
 //   same multiplier, so the two byte sets are equal by construction (no transpose of the bytes
-//   through shared memory, the staging the activation kernels rejected for q_col).
+//   through shared memory, the staging the activation kernels do without for q_col).
 // - The 32x32 rowwise pass waits on a barrier of its warp pair (named barriers 1-4, immediate ids
 //   so ptxas reserves 5 barriers) rather than __syncthreads.
 // - Partial tiles predicate the loads (zeros staged) and the stores; full tiles pay only the

@@ -1,7 +1,10 @@
 // The routing plan of quantize_routed (docs/numerics.md §12, §12.1): from counts (E) and index (N) on
 // the device, the padded row space's group ends offs_p (E) int32, each routed row's padded row dest
 // (N) int32, and each padded row's source (RouteEntry: the row of x and the scale factor, or -1 for
-// a zero row) for the routed tile kernels, which gather through it.
+// a zero row) for the routed tile kernels, which gather through it. The padded row space is laid out
+// twice more, on purpose: by the CPU reference (src/ref/routed.cpp), the one this plan must equal
+// byte for byte, and in torch by the Python layer (python/mxq) for the paths that pad outside this
+// op.
 //
 // Every CTA scans counts itself (E <= 1024: a few microseconds of L2 reads, no second launch and no
 // grid-wide barrier), then takes kRowsPerCta padded rows: the expert of padded row m is the first e

@@ -27,8 +27,8 @@ MXQ_HD int tile_key(int row, int half) {
 // n / d for a CTA index n < 2^31 and a launch constant d >= 1 by one multiply-high (Granlund and
 // Montgomery's round-up method): with shift = ceil(log2 d) and
 // mul = floor(2^32 (2^shift - d) / d) + 1, n / d = (mulhi(n, mul) + n) >> shift, and n < 2^31 keeps
-// the sum inside 32 bits. The tile kernels split their CTA index with it (rejected: a 64-bit `%`
-// and `/`, ~30 dependent instructions and a 64-bit division routine before a CTA's first load).
+// the sum inside 32 bits. The tile kernels split their CTA index with it, not with a 64-bit `%`
+// and `/` (docs/performance.md, "CTA index").
 struct Divider {
   uint32_t d = 1, mul = 1, shift = 0;
   // d = 0 (a launch without tiles, whose CTAs never split their index) divides by 1.

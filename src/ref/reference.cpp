@@ -4,16 +4,18 @@
 // the scalar functions of numerics.h and the placement functions of layout.h. Threads take disjoint
 // ranges of rows (or of 32-row blocks), so every byte has one writer and results are deterministic.
 // Every byte of every output is written on every call: scale buffers are zero-filled first (their
-// padding and slack are defined as 0), then every defined scale is placed.
+// padding and slack are defined as 0), then every defined scale is placed. The walks over blocks and
+// the scale placements take the block format (include/mxq/format.h) as a template parameter; the
+// ops instantiate them for MXFP8, the format of QuantizeParams and DequantizeParams.
 #include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
 
-#include "../host/check.h"
-#include "../host/offs.h"
-#include "../host/parallel.h"
-#include "../host/validate.h"
+#include "../common/check.h"
+#include "../common/offs.h"
+#include "../common/parallel.h"
+#include "../common/validate.h"
 #include "element.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"
@@ -28,15 +30,28 @@ void zero_fill(uint8_t* p, int64_t bytes) {
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
+// A format's block math on one block of fp32 values: the e4m3 bytes into q, the scale returned.
+template <class Format>
+struct BlockMath;
+template <>
+struct BlockMath<Mxfp8> {
+  static Mxfp8::Scale quantize(const float* v, ScalingMode mode, uint8_t* q) {
+    return quantize_block_f32(v, mode, q);  // numerics.h: E8M0 scale, 32 e4m3 bytes
+  }
+};
+
 // Where the colwise scale S_col[k, i] lives in s_col (§5-§6): the dense blocked layout of
 // (K, M/32), or, with offs, the region of the K-group owning token block i. Tokens past offs[G-1]
 // (the uncovered tail) have no place: offset() returns -1 and their bytes stay 0. `offs` must
 // already be checked.
+template <class Format>
 class ColScalePlacement {
+  static_assert(is_blocked_v<Format>, "the blocked, M-groups and K-groups layouts of layout.h");
+
  public:
   ColScalePlacement(int64_t M, int64_t K, const int32_t* offs, int64_t num_groups)
-      : scale_cols_(M / kBlock),
-        bytes_(s_col_shape(M, K, offs ? num_groups : 0).bytes()),
+      : scale_cols_(M / Format::kBlock),
+        bytes_(s_col_shape<int64_t, Format>(M, K, num_groups, offs != nullptr).bytes()),
         grouped_(offs != nullptr) {
     if (!grouped_) return;
     group_of_col_.assign(static_cast<size_t>(scale_cols_), -1);
@@ -69,10 +84,15 @@ class ColScalePlacement {
 // Where the rowwise scale S_row[m, j] lives in s_row (§5-§6): the dense blocked layout of
 // (M, K/32), or, with offs, the M-groups layout: segment h (group h, then the uncovered tail) is
 // blocked on its own from its first blocked row. `offs` must already be checked.
+template <class Format>
 class RowScalePlacement {
+  static_assert(is_blocked_v<Format>, "the blocked, M-groups and K-groups layouts of layout.h");
+  static constexpr int kBlock = Format::kBlock;
+
  public:
   RowScalePlacement(int64_t M, int64_t K, const int32_t* offs, int64_t num_groups)
-      : scale_cols_(K / kBlock), bytes_(s_row_shape(M, K, offs ? num_groups : 0).bytes()) {
+      : scale_cols_(K / kBlock),
+        bytes_(s_row_shape<int64_t, Format>(M, K, num_groups, offs != nullptr).bytes()) {
     if (offs == nullptr) return;
     segment_of_block_.assign(static_cast<size_t>(M / kBlock), 0);
     MSegment segment;
@@ -98,11 +118,13 @@ class RowScalePlacement {
   int64_t scale_cols_;
   int64_t bytes_;
   std::vector<MSegment> segments_;         // M-groups mode only: G groups, then the tail
-  std::vector<int64_t> segment_of_block_;  // owning segment of each 32-row block
+  std::vector<int64_t> segment_of_block_;  // owning segment of each block of rows
 };
 
 // Rowwise 1x32 (§2, §5): q_row (M, K) and S_row placed by `place`, padding and slack 0.
-void rowwise(const QuantizeParams& p, const RowScalePlacement& place) {
+template <class Format>
+void rowwise(const QuantizeParams& p, const RowScalePlacement<Format>& place) {
+  constexpr int kBlock = Format::kBlock;
   const int64_t scale_cols = p.K / kBlock;
   zero_fill(p.s_row, place.bytes());
   parallel_for(p.M, [&](int64_t m_begin, int64_t m_end) {
@@ -111,7 +133,7 @@ void rowwise(const QuantizeParams& p, const RowScalePlacement& place) {
       for (int64_t j = 0; j < scale_cols; ++j) {
         const int64_t at = m * p.K + j * kBlock;
         for (int i = 0; i < kBlock; ++i) v[i] = element(p.x, p.dtype, at + i);
-        p.s_row[place.offset(m, j)] = quantize_block_f32(v, p.scaling_mode, p.q_row + at);
+        p.s_row[place.offset(m, j)] = BlockMath<Format>::quantize(v, p.scaling_mode, p.q_row + at);
       }
     }
   });
@@ -120,14 +142,17 @@ void rowwise(const QuantizeParams& p, const RowScalePlacement& place) {
 // Colwise 32x1 (§2, §5): q_col (K, M), row k = column k of x quantized in blocks of 32 rows; S_col
 // placed by `place` (the tail's scales are not placed), padding and slack 0. Threads own disjoint
 // ranges of blocks i.
-void colwise(const QuantizeParams& p, const ColScalePlacement& place) {
+template <class Format>
+void colwise(const QuantizeParams& p, const ColScalePlacement<Format>& place) {
+  constexpr int kBlock = Format::kBlock;
   zero_fill(p.s_col, place.bytes());
   parallel_for(p.M / kBlock, [&](int64_t i_begin, int64_t i_end) {
     float v[kBlock];
     for (int64_t i = i_begin; i < i_end; ++i) {
       for (int64_t k = 0; k < p.K; ++k) {
         for (int j = 0; j < kBlock; ++j) v[j] = element(p.x, p.dtype, (i * kBlock + j) * p.K + k);
-        const uint8_t s = quantize_block_f32(v, p.scaling_mode, p.q_col + k * p.M + i * kBlock);
+        const auto s =
+            BlockMath<Format>::quantize(v, p.scaling_mode, p.q_col + k * p.M + i * kBlock);
         const int64_t at = place.offset(k, i);
         if (at >= 0) p.s_col[at] = s;
       }
@@ -150,8 +175,8 @@ void quantize(const QuantizeParams& p) {
     detail::validate(p);
     if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M, "M");
   });
-  if (p.rowwise()) rowwise(p, RowScalePlacement(p.M, p.K, p.offs, p.num_groups));
-  if (p.colwise()) colwise(p, ColScalePlacement(p.M, p.K, p.offs, p.num_groups));
+  if (p.rowwise()) rowwise(p, RowScalePlacement<Mxfp8>(p.M, p.K, p.offs, p.num_groups));
+  if (p.colwise()) colwise(p, ColScalePlacement<Mxfp8>(p.M, p.K, p.offs, p.num_groups));
   write_status(p.status);
 }
 
@@ -167,8 +192,8 @@ void dequantize(const DequantizeParams& p) {
     }
   });
   const bool k_groups = p.layout == ScaleLayout::kKGroups;
-  const RowScalePlacement rows(p.rows, p.cols, m_groups ? p.offs : nullptr, p.num_groups);
-  const ColScalePlacement cols(p.cols, p.rows, k_groups ? p.offs : nullptr, p.num_groups);
+  const RowScalePlacement<Mxfp8> rows(p.rows, p.cols, m_groups ? p.offs : nullptr, p.num_groups);
+  const ColScalePlacement<Mxfp8> cols(p.cols, p.rows, k_groups ? p.offs : nullptr, p.num_groups);
   auto* out = static_cast<uint16_t*>(p.out);
   parallel_for(p.rows, [&](int64_t r_begin, int64_t r_end) {
     for (int64_t r = r_begin; r < r_end; ++r) {

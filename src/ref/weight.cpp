@@ -9,9 +9,9 @@
 #include <cstring>
 #include <vector>
 
-#include "../host/check.h"
-#include "../host/parallel.h"
-#include "../host/validate.h"
+#include "../common/check.h"
+#include "../common/parallel.h"
+#include "../common/validate.h"
 #include "element.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"

@@ -73,7 +73,7 @@ struct DeviceRouted {
 
   RoutedOutputs run() {
     poison();
-    quantize_routed(params);
+    detail::quantize_routed_with_tile_rows(params, forced_tile_rows());
     MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
     RoutedOutputs o;
     o.q_row = q_row.download(stream.get());

@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "../../src/host/parallel.h"
+#include "../../src/common/parallel.h"
 #include "../../src/host/testing.h"
 #include "mxq/layout.h"
 #include "mxq/mxq.h"
@@ -76,12 +76,17 @@ class GpuTestWithParam : public ::testing::TestWithParam<Param> {
   void SetUp() override { MXQ_SKIP_WITHOUT_GPU(); }
 };
 
-// Forces the 16-bit quantize kernels' tile height (64 or 128 rows) for one scope, then gives the
-// choice back to each launch (src/host/testing.h).
+// The 16-bit quantize kernels' tile height of the tests' quantize launches (src/host/testing.h):
+// 0 (the launch chooses) unless a ForcedTileRows scope sets 64 or 128.
+inline int& forced_tile_rows() {
+  static int rows = 0;
+  return rows;
+}
+// Forces the tile height for one scope, then gives the choice back to each launch.
 class ForcedTileRows {
  public:
-  explicit ForcedTileRows(int rows) { detail::force_tile_rows(rows); }
-  ~ForcedTileRows() { detail::force_tile_rows(0); }
+  explicit ForcedTileRows(int rows) { forced_tile_rows() = rows; }
+  ~ForcedTileRows() { forced_tile_rows() = 0; }
   ForcedTileRows(const ForcedTileRows&) = delete;
   ForcedTileRows& operator=(const ForcedTileRows&) = delete;
 };
@@ -560,9 +565,9 @@ class DeviceProblem {
   // Enqueues the path (no synchronization: usable under graph capture).
   void launch(Path path, ScalingMode r) const {
     if (path == Path::kComposed) {
-      quantize_composed(params(path, r), workspace());
+      detail::quantize_composed_with_tile_rows(params(path, r), workspace(), forced_tile_rows());
     } else {
-      quantize(params(path, r));
+      detail::quantize_with_tile_rows(params(path, r), forced_tile_rows());
     }
   }
 

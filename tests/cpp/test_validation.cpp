@@ -772,15 +772,21 @@ TEST(GpuValidationBasics, ComposedEmptyShapesNeedNoBuffers) {
   EXPECT_NO_THROW(quantize_composed(p, nullptr));
 }
 
-// The tests' tile-height setting (src/host/testing.h) takes 0 (automatic), 64 and 128 and refuses
-// anything else; it needs no device.
-TEST(GpuValidationBasics, ForceTileRowsTakesOnlyTheTileHeights) {
-  for (int rows : {0, 64, 128}) EXPECT_NO_THROW(detail::force_tile_rows(rows));
+// The tests' entry points (src/host/testing.h) take the tile heights 0 (automatic), 64 and 128 and
+// refuse anything else before any other check; they need no device.
+TEST(GpuValidationBasics, TileRowsTakesOnlyTheTileHeights) {
   for (int rows : {-64, 1, 32, 96, 256}) {
-    EXPECT_TRUE(throws_error([&] { detail::force_tile_rows(rows); }, "mxq::force_tile_rows",
-                             exact("rows must be 0, 64 or 128, got " + std::to_string(rows))));
+    const std::string message =
+        exact("tile_rows must be 0, 64 or 128, got " + std::to_string(rows));
+    EXPECT_TRUE(throws_error([&] { detail::quantize_with_tile_rows(QuantizeParams{}, rows); },
+                             "mxq::quantize", message));
+    EXPECT_TRUE(throws_error(
+        [&] { detail::quantize_composed_with_tile_rows(QuantizeParams{}, nullptr, rows); },
+        "mxq::quantize_composed", message));
+    EXPECT_TRUE(
+        throws_error([&] { detail::quantize_routed_with_tile_rows(QuantizeRoutedParams{}, rows); },
+                     "mxq::quantize_routed", message));
   }
-  detail::force_tile_rows(0);
 }
 
 #ifndef MXQ_WITH_CUDA

@@ -28,7 +28,7 @@
 #include <utility>
 #include <vector>
 
-#include "../../src/host/parallel.h"
+#include "../../src/common/parallel.h"
 #include "../../src/host/testing.h"
 #include "mxq/mxq.h"
 
@@ -428,12 +428,11 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
       p.status = reinterpret_cast<int32_t*>(
           expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
     }
-    mxq::detail::force_tile_rows(c.tile_rows);
     if (c.path == Path::kComposed) {
       uint8_t* ws = arena.take(size_t(mxq::composed_workspace_bytes(c.M, c.K)));
-      return ran(c, [&] { mxq::quantize_composed(p, ws); });
+      return ran(c, [&] { mxq::detail::quantize_composed_with_tile_rows(p, ws, c.tile_rows); });
     }
-    return ran(c, [&] { mxq::quantize(p); });
+    return ran(c, [&] { mxq::detail::quantize_with_tile_rows(p, c.tile_rows); });
   } else {
     // Dequantize the reference's data and scales on both sides.
     const bool rowwise = c.path == Path::kDequantRow;
@@ -541,8 +540,7 @@ bool launch_routed(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
   p.status = reinterpret_cast<int32_t*>(
       expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
   p.workspace = arena.take(size_t(mxq::quantize_routed_workspace_bytes(c.N, c.E)));
-  mxq::detail::force_tile_rows(c.tile_rows);
-  return ran(c, [&] { mxq::quantize_routed(p); });
+  return ran(c, [&] { mxq::detail::quantize_routed_with_tile_rows(p, c.tile_rows); });
 }
 
 // Runs one case; returns true when every byte matched.

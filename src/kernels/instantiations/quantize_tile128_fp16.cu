@@ -1,0 +1,7 @@
+// The 128-row tile kernels for fp16 input: every variant but the routed ones, both scaling modes.
+#include "../quantize_tile128.cuh"
+
+namespace mxq::kernels {
+template void launch_tile<Mxfp8, Tile128, DType::kFloat16, false>(const RoutedTileParams&, Variant,
+                                                                  ScalingMode, cudaStream_t);
+}  // namespace mxq::kernels

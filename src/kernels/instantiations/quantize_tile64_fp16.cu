@@ -1,0 +1,7 @@
+// The 64-row tile kernels for fp16 input: every variant but the routed ones, both scaling modes.
+#include "../quantize_tile64.cuh"
+
+namespace mxq::kernels {
+template void launch_tile<Mxfp8, Tile64, DType::kFloat16, false>(const RoutedTileParams&, Variant,
+                                                                 ScalingMode, cudaStream_t);
+}  // namespace mxq::kernels

@@ -1,8 +1,0 @@
-// The 128-row tile kernels of quantize_routed for fp16 input: the routed variants, both scaling
-// modes (quantize_tile128.cuh).
-#include "quantize_tile128.cuh"
-
-namespace mxq::kernels {
-template void launch_tile128<DType::kFloat16, true>(const RoutedTileParams&, Variant, ScalingMode,
-                                                    cudaStream_t);
-}  // namespace mxq::kernels

@@ -1,8 +1,0 @@
-// The 64-row tile kernels of quantize_routed for bf16 input: the routed variants, both scaling
-// modes (quantize_tile64.cuh).
-#include "quantize_tile64.cuh"
-
-namespace mxq::kernels {
-template void launch_tile64<DType::kBFloat16, true>(const RoutedTileParams&, Variant, ScalingMode,
-                                                    cudaStream_t);
-}  // namespace mxq::kernels

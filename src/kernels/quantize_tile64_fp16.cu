@@ -1,7 +1,0 @@
-// The 64-row tile kernels for fp16 input: every variant but the routed ones, both scaling modes (quantize_tile64.cuh).
-#include "quantize_tile64.cuh"
-
-namespace mxq::kernels {
-template void launch_tile64<DType::kFloat16, false>(const RoutedTileParams&, Variant, ScalingMode,
-                                                    cudaStream_t);
-}  // namespace mxq::kernels
