@@ -23,7 +23,7 @@ RUFF=ruff==0.17.6
 PY_PACKAGES=(torch numpy scikit-build-core cmake ninja pytest "$RUFF")
 # TorchTitan's model code for tests/python/test_torchtitan.py, pinned: torchtitan 0.3.0 and exactly what its model code
 # imports besides torch, without their own dependencies (torchtitan's full list pulls in datasets, tensorboard, ...).
-TORCHTITAN=(torchtitan==0.3.0 spmd_types==0.3.1 tyro==1.0.17 docstring_parser==0.18.0 dill==0.4.1 tqdm==4.70.1
+TORCHTITAN=(torchtitan==0.3.0 spmd_types==0.2.3 tyro==1.0.17 docstring_parser==0.18.0 dill==0.4.1 tqdm==4.70.1
   typeguard==4.6.1)
 phases=("$@")
 [ ${#phases[@]} -gt 0 ] || phases=(cpp python lint)
