@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import importlib
 import importlib.metadata
@@ -80,7 +79,7 @@ TIMING_SKIP = 10  # tokens/s is the median step time after the first TIMING_SKIP
 # Per-run settings: the defaults, and --tiny's (a CPU smoke test). Explicit flags override either.
 PRESETS: dict[str, dict[str, int]] = {
     "default": {"steps": 300, "batch": 8, "seq_len": 512, "log_every": 25, "warmup": 20},
-    "tiny": {"steps": 8, "batch": 2, "seq_len": 64, "log_every": 2, "warmup": 2},
+    "tiny": {"steps": 4, "batch": 1, "seq_len": 64, "log_every": 1, "warmup": 1},
 }
 
 
@@ -107,7 +106,7 @@ def install_mesh_dims_placeholder() -> bool:
     torchtitan 0.3.0's DeepSeek-V3 code (``models/deepseek_v3/mtp.py``) imports the name at module level but uses it
     only in the annotations of its parallelize function, which this script never calls (one device, no FSDP); without
     the name, ``from torchtitan.models import deepseek_v3`` fails on torch 2.11. Returns whether it was installed."""
-    import torch.distributed.fsdp as fsdp
+    from torch.distributed import fsdp
 
     if hasattr(fsdp, "DataParallelMeshDims"):
         return False
@@ -525,9 +524,13 @@ def main(argv: list[str] | None = None) -> int:
     window = min(WINDOW, args.steps)
     result: dict[str, Any] = {
         "args": vars(args),
-        "model": {"name": "deepseek_v3", "flavor": FLAVOR, "dim": spec.model.dim, "vocab": vocab, "layers": len(
-            spec.model.layers
-        )},
+        "model": {
+            "name": "deepseek_v3",
+            "flavor": FLAVOR,
+            "dim": spec.model.dim,
+            "vocab": vocab,
+            "layers": len(spec.model.layers),
+        },
         "attention": attention,
         "experts": "torch._grouped_mm (bf16)",
         "compute": "bf16 autocast, fp32 weights" if autocast else "fp32",
