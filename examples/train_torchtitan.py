@@ -72,7 +72,7 @@ BLOCK = 32  # MXFP8 scales one per 32 elements: a converted Linear's token count
 MAX_SEQ_LEN = 4096 * 4  # the debug model's RoPE length (torchtitan 0.3.0's deepseek_v3 debugmodel)
 VERSIONS = """versions: torchtitan 0.3.x only; torch >= 2.11 (2.11: a placeholder for DataParallelMeshDims).
 Both runs use the script's causal-SDPA inner attention (TorchTitan 0.3's flex/varlen attention cannot train on a
-CPU or on torch 2.11): on CUDA both train (MXFP8 emulated below SM100); on a CPU both train too (--tiny: seconds)."""
+CPU or on torch 2.11): on CUDA both train (MXFP8 emulated below SM100); on a CPU both train too (--tiny: about a minute on 2 cores)."""
 WINDOW = 50  # the final mean loss is over the last WINDOW steps (all of them when there are fewer)
 TIMING_SKIP = 10  # tokens/s is the median step time after the first TIMING_SKIP steps (compilation, allocator)
 
@@ -400,7 +400,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
         "--seq-len", type=int, help=f"tokens per sequence (default {d['seq_len']}; --tiny {tiny['seq_len']})"
     )
     p.add_argument("--warmup", type=int, help=f"linear warm-up steps (default {d['warmup']}; --tiny {tiny['warmup']})")
-    p.add_argument("--log-every", type=int, help=f"print every N steps (default {d['log_every']})")
+    p.add_argument(
+        "--log-every", type=int, help=f"print every N steps (default {d['log_every']}; --tiny {tiny['log_every']})"
+    )
     p.add_argument("--lr", type=float, default=8e-4, help="peak AdamW learning rate (default 8e-4, TorchTitan's)")
     p.add_argument("--seed", type=int, default=0, help="weights and data seed, the same for both runs (default 0)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda[:N] or cpu")
