@@ -3,25 +3,33 @@ check that the two loss curves agree.
 
     python examples/train_torchtitan.py                          # 300 steps of 8x512 tokens, CUDA if present
     python examples/train_torchtitan.py --steps 500 --seed 1 --out-dir /tmp/tt
-    python examples/train_torchtitan.py --tiny --bf16-only --device cpu --out-dir /tmp/tt_out   # CPU smoke test
+    python examples/train_torchtitan.py --tiny --device cpu --out-dir /tmp/tt_out   # CPU smoke test, both runs
 
-Needs torchtitan 0.2.x (``pip install torchtitan==0.2.2``; 0.3 changed the model and config API, and 0.3.0 does
-not import with torch 2.11). Hugging Face ``datasets``, which torchtitan's data loaders import, is not needed: the
-data is made here, and a placeholder module stands in when ``datasets`` is not installed.
+Versions: torchtitan 0.3.x only (``pip install torchtitan==0.3.0``, with what its model code imports:
+``spmd_types==0.2.3 tyro docstring_parser dill tqdm typeguard``; scripts/test.sh installs the same). torch ≥ 2.11:
+torch 2.11 lacks ``torch.distributed.fsdp.DataParallelMeshDims``, which torchtitan 0.3.0 imports for annotations
+only, so a placeholder stands in there. TorchTitan 0.3's own attention cannot train here — its flex attention has no
+CPU backward and on torch 2.11 calls torch 2.12's ``create_block_mask(separate_full_blocks=...)``, its varlen
+attention needs FA3 (``flash_attn_interface``) and has no CPU kernel, and 0.3 removed the "sdpa" backend for language
+models — so this script swaps each layer's inner attention for a causal-SDPA module of its own and calls the model
+without attention masks (the synthetic data has no document boundaries, so causal attention is what the model's
+block-causal masks would give). With that, both runs train on CUDA (MXFP8 GEMMs emulated below SM100) and on a CPU
+(mxq's CPU reference ops; ``--tiny`` is the smoke test).
 
 The model: TorchTitan's own ``deepseek_v3`` ``debugmodel`` flavor (vocab 2048, dim 256, 6 layers — 1 dense, 5 MoE
-with 8 routed experts (top-3) and 2 shared ones —, multi-head latent attention through SDPA; ~33M parameters),
-built the way TorchTitan's trainer builds it: on the meta device, model converters applied, then ``to_empty`` and
-``init_weights``. Training follows TorchTitan's single-device recipe: fp32 parameters, bf16 autocast (what
-``training.mixed_precision_param`` does without FSDP), AdamW (lr 8e-4, betas 0.9/0.95, weight decay 0.1; linear
-warm-up, then linear decay to 10%), gradient clipping at 1.0 and the auxiliary-loss-free MoE load balancing (the
-expert-bias update TorchTitan runs before each optimizer step). On a CPU, bf16 autocast is off by default
-(``--precision auto``): CPUs without native bf16 GEMMs run them tens of times slower than fp32.
+with 8 routed experts (top-3) and 2 shared ones —, multi-head latent attention), built the way TorchTitan's trainer
+builds it: ``model_registry(flavor, converters=[...])``, ``spec.model.build()`` on the meta device (the converters
+act during the build), then ``to_empty`` and ``init_weights``. Training follows TorchTitan's single-device recipe:
+fp32 parameters, bf16 autocast (what ``training.mixed_precision_param`` does without FSDP), AdamW (lr 8e-4, betas
+0.9/0.95, weight decay 0.1; linear warm-up, then linear decay to 10%), gradient clipping at 1.0 and the
+auxiliary-loss-free MoE load balancing (the expert-bias update TorchTitan runs before each optimizer step). On a
+CPU, bf16 autocast is off by default (``--precision auto``): CPUs without native bf16 GEMMs run them tens of times
+slower than fp32.
 
 The two runs start from the same weights and see the same batches. Run 1: the model as TorchTitan builds it. Run 2:
-the mxq converter applied by name, the way a TorchTitan job config does it — ``--experimental.custom_import
-mxq.integrations.torchtitan`` (the trainer imports that module, which registers the converter as "mxq") and
-``--model.converters mxq`` (``build_model_converters(job_config, parallel_dims).convert(model)``).
+the model built with mxq's converter in the model registry's converters, as a TorchTitan trainer config lists it —
+``deepseek_v3.model_registry("debugmodel", converters=[MXQConverter.Config()])`` (``MXQConverter`` from
+``mxq.integrations.torchtitan``, with its defaults: the router gates excluded, mxq's token dispatcher).
 
 The data: a synthetic language made here, no download — each sequence draws one of a few hidden topics, and every
 topic is a sparse random Markov chain over the 2048-token vocabulary (each token has a few likely successors). The
@@ -29,14 +37,14 @@ loss falls from ln(2048) (chance) towards the chain's entropy given the topic (p
 
 Output: a progress line every ``--log-every`` steps, ``results.json`` (per-step losses, tokens/s, the config, the
 versions, the conversion summary, the last-50-step mean losses and their ratio) and ``losses.png`` in ``--out-dir``.
-Exit status 1 when the MXFP8 run's last-50 mean loss is not within ``--tolerance`` (default 1%) of bf16's.
+Exit status 1 when the MXFP8 run's last-50 mean loss is not within ``--tolerance`` (default 1%) of bf16's; 2 for
+arguments it cannot run (checked before any work: the MXFP8 run needs --batch x --seq-len a multiple of 32).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import importlib
 import importlib.metadata
@@ -58,15 +66,20 @@ import torch.nn.functional as F
 from torch import nn
 
 FLAVOR = "debugmodel"
-CUSTOM_IMPORT = "mxq.integrations.torchtitan"  # what `--experimental.custom_import` names in a TorchTitan config
-CONVERTER = "mxq"  # the name that module registers, for `--model.converters`
+TORCHTITAN = "0.3.0"  # the release this script was written against (any 0.3.x is taken)
+CONVERTER_MODULE = "mxq.integrations.torchtitan"  # its MXQConverter.Config goes in a model registry's converters
+BLOCK = 32  # MXFP8 scales one per 32 elements: a converted Linear's token count M must be a multiple of it
+MAX_SEQ_LEN = 4096 * 4  # the debug model's RoPE length (torchtitan 0.3.0's deepseek_v3 debugmodel)
+VERSIONS = """versions: torchtitan 0.3.x only; torch >= 2.11 (2.11: a placeholder for DataParallelMeshDims).
+Both runs use the script's causal-SDPA inner attention (TorchTitan 0.3's flex/varlen attention cannot train on a
+CPU or on torch 2.11): on CUDA both train (MXFP8 emulated below SM100); on a CPU both train too (--tiny: about a minute on 2 cores)."""
 WINDOW = 50  # the final mean loss is over the last WINDOW steps (all of them when there are fewer)
 TIMING_SKIP = 10  # tokens/s is the median step time after the first TIMING_SKIP steps (compilation, allocator)
 
 # Per-run settings: the defaults, and --tiny's (a CPU smoke test). Explicit flags override either.
 PRESETS: dict[str, dict[str, int]] = {
     "default": {"steps": 300, "batch": 8, "seq_len": 512, "log_every": 25, "warmup": 20},
-    "tiny": {"steps": 8, "batch": 2, "seq_len": 64, "log_every": 2, "warmup": 2},
+    "tiny": {"steps": 4, "batch": 1, "seq_len": 64, "log_every": 1, "warmup": 1},
 }
 
 
@@ -84,78 +97,84 @@ class RunResult:
     final_mean_loss: float
 
 
-# ---- torchtitan 0.2.x ----
+# ---- torchtitan 0.3.x ----
 
 
-def install_datasets_placeholder() -> bool:
-    """Put a placeholder ``datasets`` module in ``sys.modules`` when Hugging Face ``datasets`` is not installed.
+def install_mesh_dims_placeholder() -> bool:
+    """Give ``torch.distributed.fsdp`` a placeholder ``DataParallelMeshDims`` when this torch lacks it (torch < 2.12).
 
-    ``torchtitan.models.deepseek_v3`` imports ``torchtitan.hf_datasets.text_datasets`` (its C4 loader), which
-    imports ``datasets`` at module level; this script never loads a data set, and ``datasets`` pulls in pyarrow
-    and pandas. The placeholder raises if anything calls it. Returns whether it was installed."""
-    if importlib.util.find_spec("datasets") is not None:
+    torchtitan 0.3.0's DeepSeek-V3 code (``models/deepseek_v3/mtp.py``) imports the name at module level but uses it
+    only in the annotations of its parallelize function, which this script never calls (one device, no FSDP); without
+    the name, ``from torchtitan.models import deepseek_v3`` fails on torch 2.11. Returns whether it was installed."""
+    from torch.distributed import fsdp
+
+    if hasattr(fsdp, "DataParallelMeshDims"):
         return False
-
-    def unavailable(*args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError("Hugging Face `datasets` is not installed (train_torchtitan.py put a placeholder here)")
-
-    datasets = types.ModuleType("datasets")
-    distributed = types.ModuleType("datasets.distributed")
-    datasets.Dataset = type("Dataset", (), {})  # type: ignore[attr-defined]
-    datasets.load_dataset = unavailable  # type: ignore[attr-defined]
-    distributed.split_dataset_by_node = unavailable  # type: ignore[attr-defined]
-    datasets.distributed = distributed  # type: ignore[attr-defined]
-    sys.modules["datasets"] = datasets
-    sys.modules["datasets.distributed"] = distributed
+    fsdp.DataParallelMeshDims = type(  # type: ignore[attr-defined]
+        "DataParallelMeshDims", (), {"__doc__": "placeholder set by train_torchtitan.py (torch < 2.12)"}
+    )
     return True
 
 
 def load_torchtitan() -> types.SimpleNamespace:
-    """The torchtitan 0.2.x names this script uses; exits with a message for a missing or other torchtitan."""
+    """The torchtitan 0.3.x names this script uses; exits with a message for a missing or other torchtitan."""
     try:
         version = importlib.metadata.version("torchtitan")
     except importlib.metadata.PackageNotFoundError:
-        sys.exit("torchtitan is not installed: pip install torchtitan==0.2.2 (this script targets torchtitan 0.2.x)")
+        sys.exit(f"torchtitan is not installed: pip install torchtitan=={TORCHTITAN} (this script targets 0.3.x)")
     major_minor = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
-    if major_minor != (0, 2):
+    if major_minor != (0, 3):
         sys.exit(
-            f"this script targets torchtitan 0.2.x for now, found torchtitan {version}: 0.3 reorganized the model "
-            "and config API (and 0.3.0 does not import with torch 2.11). pip install torchtitan==0.2.2"
+            f"this script targets torchtitan 0.3.x, found torchtitan {version} (0.2 built models through JobConfig "
+            f"and named converters; 0.3 through model registries): pip install torchtitan=={TORCHTITAN}"
         )
-    placeholder = install_datasets_placeholder()
+    placeholder = install_mesh_dims_placeholder()
     try:
         import torchtitan
-        from torchtitan.config import JobConfig
-        from torchtitan.distributed import ParallelDims
-        from torchtitan.models.deepseek_v3 import DeepSeekV3Model, deepseekv3_args
-        from torchtitan.models.moe import MoE
-        from torchtitan.protocols.model_converter import build_model_converters
+        from torchtitan.models import deepseek_v3
+        from torchtitan.models.common.moe import MoE
     except ImportError as e:
-        sys.exit(f"torchtitan {version} does not have the 0.2.x API this script uses ({e})")
+        sys.exit(f"torchtitan {version} does not import here ({e}); see this script's docstring for what it needs")
     return types.SimpleNamespace(
         version=getattr(torchtitan, "__version__", version),
-        datasets_placeholder=placeholder,
-        JobConfig=JobConfig,
-        ParallelDims=ParallelDims,
-        DeepSeekV3Model=DeepSeekV3Model,
-        model_args=deepseekv3_args,
+        mesh_dims_placeholder=placeholder,
+        deepseek_v3=deepseek_v3,
         MoE=MoE,
-        build_model_converters=build_model_converters,
     )
 
 
-def patch_cpu_histc() -> None:
-    """torchtitan 0.2.2's MoE router counts tokens per expert with ``torch.histc`` on int64 expert ids, which has
-    a CUDA kernel but no CPU one. For CPU runs only: integer inputs go through float32 (exact for ids < 2**24)
-    and the counts come back in the input's dtype, as on CUDA."""
-    histc = torch.histc
+class CausalSDPA(nn.Module):
+    """Causal attention through ``F.scaled_dot_product_attention``, in place of a TorchTitan 0.3 model's inner
+    attention (``attention.inner_attention``): q, k, v come in (batch, seq, heads, head_dim), as TorchTitan hands
+    them to its backends, with the softmax scale. TorchTitan 0.3's language models attend through flex attention
+    (no CPU backward; on torch 2.11 its block masks call torch 2.12's ``create_block_mask(separate_full_blocks=)``)
+    or varlen (FA3's ``flash_attn_interface``; no CPU kernel), and 0.3 removed their "sdpa" backend. This data has
+    no documents, so plain causal attention is the block-causal attention those backends would compute."""
 
-    def histc_any_dtype(input: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        if input.is_floating_point():
-            return histc(input, *args, **kwargs)
-        return histc(input.float(), *args, **kwargs).to(input.dtype)
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        attention_masks: Any = None,
+        scale: float | None = None,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        if attention_masks is not None:
+            raise ValueError("CausalSDPA takes no attention masks: call the model without them")
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True, scale=scale
+        )
+        return out.transpose(1, 2)
 
-    torch.histc = histc_any_dtype  # type: ignore[assignment]
+
+def use_causal_sdpa(model: nn.Module) -> int:
+    """Replaces every ``inner_attention`` submodule of ``model`` with :class:`CausalSDPA`; returns how many."""
+    owners = [m for m in model.modules() if isinstance(getattr(m, "inner_attention", None), nn.Module)]
+    for m in owners:
+        m.inner_attention = CausalSDPA()
+    return len(owners)
 
 
 # ---- data: a topic-conditioned sparse Markov chain ----
@@ -198,59 +217,34 @@ def make_batches(
 # ---- the model, built as TorchTitan's trainer builds it ----
 
 
-def build_job_config(tt: types.SimpleNamespace, args: argparse.Namespace, converters: list[str]) -> Any:
-    """The JobConfig a TorchTitan TOML would give: [model] name/flavor/converters, [training] batch and sequence,
-    [experimental] custom_import (what makes the "mxq" converter name known)."""
-    job_config = tt.JobConfig()
-    job_config.model.name = "deepseek_v3"
-    job_config.model.flavor = FLAVOR
-    job_config.model.converters = list(converters)
-    job_config.training.local_batch_size = args.batch
-    job_config.training.seq_len = args.seq_len
-    job_config.training.steps = args.steps
-    job_config.experimental.custom_import = CUSTOM_IMPORT if converters else ""
-    return job_config
+def model_spec(tt: types.SimpleNamespace, converters: list[Any]) -> Any:
+    """TorchTitan's model spec for the DeepSeek-V3 debug model, with ``converters`` (model-config converters, as a
+    TorchTitan trainer config lists them) applied to its model config."""
+    return tt.deepseek_v3.model_registry(FLAVOR, attn_backend="flex", converters=converters or None)
 
 
-def build_model_args(tt: types.SimpleNamespace, job_config: Any, device: torch.device) -> Any:
-    model_args = copy.deepcopy(tt.model_args[FLAVOR])  # the registry entry is shared: update a copy
-    model_args.update_from_config(job_config)  # seq_len, grouped-mm availability (SM90+), MoE backend
-    if model_args.attn_type != "sdpa":
-        # Flex attention needs block masks from a tokenizer's EOS id and has no CPU backward; this data has no
-        # documents, so causal SDPA is the same attention.
-        model_args.attn_type, model_args.attn_mask_type = "sdpa", "causal"
-    if device.type != "cuda":
-        model_args.moe_args.use_grouped_mm = False  # torch._grouped_mm is a CUDA (SM90+) path
-    return model_args
-
-
-def build_model(
-    tt: types.SimpleNamespace, model_args: Any, job_config: Any, device: torch.device, seed: int
-) -> tuple[nn.Module, Any]:
-    """TorchTitan's order (torchtitan/train.py): build on the meta device, apply the model converters, then
-    ``to_empty`` on the device and ``init_weights``. Returns (model, the converters container)."""
-    # ParallelDims is a plain dataclass: building it for one process needs no torch.distributed (only its device
-    # meshes do, and neither build_model_converters nor this script asks for one).
-    parallel_dims = tt.ParallelDims(dp_replicate=1, dp_shard=-1, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=1)
+def build_model(spec: Any, device: torch.device, seed: int) -> tuple[nn.Module, int]:
+    """TorchTitan's order (torchtitan/trainer.py, one device): build on the meta device (the converters in the spec
+    convert the model as it is built), ``to_empty`` on the device, ``init_weights``; then the inner attention is
+    swapped for causal SDPA (no parameters). Returns (model, the number of attention modules swapped)."""
     with torch.device("meta"):
-        model = tt.DeepSeekV3Model(model_args)
-    converters = tt.build_model_converters(job_config, parallel_dims)  # a no-op container when converters == []
-    converters.convert(model)
+        model = spec.model.build()
+    model.verify_module_protocol()
     model.to_empty(device=device)
     torch.manual_seed(seed)
     with torch.no_grad():
         model.init_weights(buffer_device=None)
+    swapped = use_causal_sdpa(model)
     model.train()
-    return model, converters
+    return model, swapped
 
 
 def import_converter_module() -> types.ModuleType:
-    """What ``--experimental.custom_import mxq.integrations.torchtitan`` does in TorchTitan's trainer: importing
-    the module registers its converter under the name "mxq"."""
+    """``mxq.integrations.torchtitan``, whose ``MXQConverter.Config`` goes in the model registry's converters."""
     try:
-        return importlib.import_module(CUSTOM_IMPORT)
+        return importlib.import_module(CONVERTER_MODULE)
     except ImportError as e:
-        sys.exit(f"cannot import {CUSTOM_IMPORT} ({e}); --bf16-only runs the baseline alone")
+        sys.exit(f"cannot import {CONVERTER_MODULE} ({e}); --bf16-only runs the baseline alone")
 
 
 def load_initial_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -276,23 +270,22 @@ def sync(device: torch.device) -> None:
 
 
 def update_expert_bias(moes: list[nn.Module]) -> None:
-    """TorchTitan's auxiliary-loss-free load balancing (build_optimizers_with_moe_load_balancing, single process):
-    before each optimizer step, nudge each MoE's expert bias towards under-used experts, then reset the counts.
+    """TorchTitan's auxiliary-loss-free load balancing (register_moe_load_balancing_hook, single process): before
+    each optimizer step, nudge each MoE's expert bias towards under-used experts, then reset the counts.
     Reimplemented because TorchTitan's hook asks ParallelDims for its "loss" mesh, which needs torch.distributed."""
     with torch.no_grad():
         for moe in moes:
             if moe.load_balance_coeff is None:
                 continue
-            counts = moe.tokens_per_expert.float()
+            counts = moe.tokens_per_expert_E.float()
             delta = moe.load_balance_coeff * torch.sign(counts.mean() - counts)
-            moe.expert_bias.add_(delta - delta.mean())
-            moe.tokens_per_expert.zero_()
+            moe.expert_bias_E.add_(delta - delta.mean())
+            moe.tokens_per_expert_E.zero_()
 
 
 def train(
     name: str,
     model: nn.Module,
-    converters: Any,
     moe_cls: type,
     data: torch.Tensor,
     args: argparse.Namespace,
@@ -314,10 +307,8 @@ def train(
 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_at)
     moes = [m for m in model.modules() if isinstance(m, moe_cls)]
-    # The hooks TorchTitan registers on its optimizers: the expert-bias update before the step, the converters'
-    # post-optimizer hook (given the list of model parts) after it.
+    # The hook TorchTitan registers on its optimizers for MoE models: the expert-bias update before each step.
     opt.register_step_pre_hook(lambda *_: update_expert_bias(moes))
-    opt.register_step_post_hook(lambda *_: converters.post_optimizer_hook([model]))
     amp: Callable[[], contextlib.AbstractContextManager[Any]] = (
         (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) if autocast else contextlib.nullcontext
     )
@@ -332,7 +323,7 @@ def train(
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with amp():
-            logits = model(inputs)
+            logits = model(inputs)  # no positions, no attention masks: one causal document per sequence
             # TorchTitan's cross-entropy loss: fp32 logits, mean over the tokens.
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
         del logits
@@ -392,7 +383,9 @@ def write_plot(path: str, runs: dict[str, RunResult], chance: float, floor: floa
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device]:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog=VERSIONS, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     d, tiny = PRESETS["default"], PRESETS["tiny"]
     p.add_argument("--steps", type=int, help=f"training steps per run (default {d['steps']}; --tiny {tiny['steps']})")
     p.add_argument("--batch", type=int, help=f"sequences per step (default {d['batch']}; --tiny {tiny['batch']})")
@@ -400,7 +393,9 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
         "--seq-len", type=int, help=f"tokens per sequence (default {d['seq_len']}; --tiny {tiny['seq_len']})"
     )
     p.add_argument("--warmup", type=int, help=f"linear warm-up steps (default {d['warmup']}; --tiny {tiny['warmup']})")
-    p.add_argument("--log-every", type=int, help=f"print every N steps (default {d['log_every']})")
+    p.add_argument(
+        "--log-every", type=int, help=f"print every N steps (default {d['log_every']}; --tiny {tiny['log_every']})"
+    )
     p.add_argument("--lr", type=float, default=8e-4, help="peak AdamW learning rate (default 8e-4, TorchTitan's)")
     p.add_argument("--seed", type=int, default=0, help="weights and data seed, the same for both runs (default 0)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cuda[:N] or cpu")
@@ -410,7 +405,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
         default="auto",
         help="compute dtype of both runs: bf16 autocast over fp32 weights, or fp32; auto = bf16 on CUDA, fp32 on CPU",
     )
-    p.add_argument("--out-dir", default="train_torchtitan_out", help="where results.json and losses.png go")
+    p.add_argument(
+        "--out-dir",
+        default="train_torchtitan_out",
+        help="where results.json and losses.png go (default ./train_torchtitan_out; git ignores it in the repo root)",
+    )
     p.add_argument("--tolerance", type=float, default=0.01, help="allowed relative gap of the last-50 mean losses")
     p.add_argument("--tiny", action="store_true", help="a few small steps (the CPU smoke test)")
     p.add_argument("--bf16-only", action="store_true", help="run the baseline only (no mxq needed)")
@@ -426,6 +425,17 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
         p.error("--lr must be positive")
     if not args.tolerance >= 0:
         p.error("--tolerance must be non-negative")
+    if args.seq_len > MAX_SEQ_LEN:
+        p.error(f"--seq-len must be at most {MAX_SEQ_LEN} (the debug model's RoPE length), got {args.seq_len}")
+    tokens = args.batch * args.seq_len
+    if not args.bf16_only and tokens % BLOCK:
+        # Every converted Linear (attention, shared experts, the dense feed-forward, lm_head) sees all the step's
+        # tokens as its M dimension, which MXFP8 quantizes in blocks of 32 along M (for the weight gradient) and
+        # mxq does not pad: mxq.nn.MXFP8Linear raises at the first call otherwise.
+        p.error(
+            f"--batch x --seq-len (the token count each converted Linear sees) must be a multiple of {BLOCK} for "
+            f"the MXFP8 run, got {args.batch}x{args.seq_len} = {tokens} (or pass --bf16-only)"
+        )
 
     try:
         device = torch.device(args.device)
@@ -457,67 +467,73 @@ def main(argv: list[str] | None = None) -> int:
     tt = load_torchtitan()
     # Before any training, so that a missing mxq stops the script at once.
     converter_module = None if args.bf16_only else import_converter_module()
-    if device.type == "cpu":
-        patch_cpu_histc()
     autocast = args.precision == "bf16"
     base = args.precision  # the baseline run's label: "bf16" (or "fp32" on a CPU)
 
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     print(f"torch {torch.__version__}, torchtitan {tt.version}, device {device} ({device_name})")
-    if tt.datasets_placeholder:
-        print("Hugging Face datasets is not installed: a placeholder stands in (this script makes its own data)")
+    if tt.mesh_dims_placeholder:
+        print("torch.distributed.fsdp.DataParallelMeshDims is missing (torch < 2.12): a placeholder stands in")
 
-    job_config = build_job_config(tt, args, converters=[])
-    model_args = build_model_args(tt, job_config, device)
-    vocab = model_args.vocab_size
+    spec = model_spec(tt, converters=[])
+    vocab = spec.model.vocab_size
+    attention = "causal SDPA (in place of TorchTitan's flex attention)"
     print(
-        f"model: deepseek_v3 {FLAVOR}, attention {model_args.attn_type} ({model_args.attn_mask_type}), "
-        f"experts {'grouped_mm' if model_args.moe_args.use_grouped_mm else 'for-loop'}, "
+        f"model: deepseek_v3 {FLAVOR}, attention {attention}, experts torch._grouped_mm (bf16), "
         f"compute {'bf16 autocast, fp32 weights' if autocast else 'fp32'}"
     )
 
-    spec = LanguageSpec()
-    data, floor = make_batches(vocab, spec, args.steps, args.batch, args.seq_len, args.seed)
+    language = LanguageSpec()
+    data, floor = make_batches(vocab, language, args.steps, args.batch, args.seq_len, args.seed)
     chance = math.log(vocab)
     print(
-        f"data: {args.steps} batches of {args.batch}x{args.seq_len} tokens, {spec.topics} topics x "
-        f"{spec.successors} successors per token; chance ln(V) {chance:.3f}, entropy floor {floor:.3f} nats"
+        f"data: {args.steps} batches of {args.batch}x{args.seq_len} tokens, {language.topics} topics x "
+        f"{language.successors} successors per token; chance ln(V) {chance:.3f}, entropy floor {floor:.3f} nats"
     )
 
     runs: dict[str, RunResult] = {}
-    model, converters = build_model(tt, model_args, job_config, device, args.seed)
-    n_params, flops_per_token = model_args.get_nparams_and_flops(model, args.seq_len)
-    print(f"parameters {n_params:,}, {flops_per_token / 1e6:.0f} MFLOP per token (fwd+bwd)")
+    model, swapped = build_model(spec, device, args.seed)
+    n_params, flops_per_token = spec.model.get_nparams_and_flops(model, args.seq_len)
+    print(
+        f"parameters {n_params:,}, {flops_per_token / 1e6:.0f} MFLOP per token (fwd+bwd); inner attention of "
+        f"{swapped} layers swapped for causal SDPA"
+    )
     initial_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    runs[base] = train(base, model, converters, tt.MoE, data, args, device, autocast)
-    del model, converters
+    runs[base] = train(base, model, tt.MoE, data, args, device, autocast)
+    del model
 
-    summary_text, counts = None, None
+    summary_text, counts, converter_config = None, None, None
     if converter_module is not None:
-        mx_job_config = build_job_config(tt, args, converters=[CONVERTER])
-        model, converters = build_model(tt, model_args, mx_job_config, device, args.seed)
+        # The converter as a TorchTitan trainer config lists it: in the model registry's converters.
+        converter_config = converter_module.MXQConverter.Config()
+        model, _ = build_model(model_spec(tt, converters=[converter_config]), device, args.seed)
         load_initial_state(model, initial_state)
         summary = converter_module.last_summary
         summary_text = str(summary)
         counts = {"converted": len(summary.converted), "skipped": len(summary.skipped)}
+        print(f"converter: {converter_config}")
         print(summary_text)
-        runs["mxfp8"] = train(
-            "mxfp8", model, converters, tt.MoE, data, args, device, autocast, (base, runs[base].losses)
-        )
-        del model, converters
+        runs["mxfp8"] = train("mxfp8", model, tt.MoE, data, args, device, autocast, (base, runs[base].losses))
+        del model
 
     window = min(WINDOW, args.steps)
     result: dict[str, Any] = {
         "args": vars(args),
-        "model": {"name": "deepseek_v3", "flavor": FLAVOR, **dataclasses.asdict(model_args)},
-        "attention": f"{model_args.attn_type} ({model_args.attn_mask_type})",
-        "experts": "torch._grouped_mm" if model_args.moe_args.use_grouped_mm else "for-loop",
+        "model": {
+            "name": "deepseek_v3",
+            "flavor": FLAVOR,
+            "dim": spec.model.dim,
+            "vocab": vocab,
+            "layers": len(spec.model.layers),
+        },
+        "attention": attention,
+        "experts": "torch._grouped_mm (bf16)",
         "compute": "bf16 autocast, fp32 weights" if autocast else "fp32",
         "parameters": n_params,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "torchtitan": tt.version},
         "device": str(device),
         "device_name": device_name,
-        "language": {**dataclasses.asdict(spec), "vocab": vocab, "chance": chance, "entropy_floor": floor},
+        "language": {**dataclasses.asdict(language), "vocab": vocab, "chance": chance, "entropy_floor": floor},
         "window": window,
         "timing": f"median step time over steps {min(TIMING_SKIP, args.steps // 2) + 1}.., synchronized",
         "runs": {name: dataclasses.asdict(run) for name, run in runs.items()},
@@ -532,6 +548,7 @@ def main(argv: list[str] | None = None) -> int:
         ok = abs(ratio - 1) <= args.tolerance
         status = 0 if ok else 1
         result.update(
+            converter=repr(converter_config),
             conversion_summary=summary_text,
             conversion_counts=counts,
             ratio_mxfp8_over_baseline=ratio,

@@ -7,7 +7,7 @@
 #              TRAIN_ARGS, TITAN_ARGS, PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh),
 #              PROFILE_ARGS, PROFILE_KERNEL, PROFILE_CACHE (the profile step).
 # Dependencies the device cannot download (GoogleTest sources) travel in .deps/, Python wheels (the torchtitan step's
-# torchtitan 0.2.x and its imports) in .whl/ (docs/development.md).
+# torchtitan 0.3.0 and what its model code imports) in .whl/ (docs/development.md).
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 BUILD=${BUILD:-/tmp/mxq-build}
@@ -114,8 +114,14 @@ if has train; then
 fi
 if has torchtitan; then
   log "torchtitan"
-  # torchtitan 0.2.x (the newest release that imports with the device's torch 2.11) from the carried wheels.
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl &&
+  # torchtitan 0.3.0 and what its model code imports, from the carried wheels (the pins of scripts/test.sh; spmd_types
+  # is the version torchtitan 0.3.0's metadata requires; typeguard needs typing_extensions >= 4.14). On the device's
+  # torch 2.11 the example stands in for DataParallelMeshDims and swaps in causal SDPA (its docstring says why).
+  titan_wheels=()
+  for w in torchtitan-0.3.0 spmd_types-0.2.3 tyro-1.0.17 docstring_parser-0.18.0 dill-0.4.1 tqdm-4.70.1 \
+    typeguard-4.6.1 typing_extensions-4.16.0; do titan_wheels+=(".whl/$w-py3-none-any.whl"); done
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "${titan_wheels[@]}" &&
     PYTHONPATH="/tmp/site:$PYTHONPATH" python3 examples/train_torchtitan.py --device cuda --out-dir "$OUT" \
       ${TITAN_ARGS:-} 2>&1 | tee "$OUT/torchtitan.log" | tail -40 || status=1
 fi
