@@ -107,7 +107,8 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
 
 // FP8 blockwise: the same flat run of chunks, each chunk's fp32 factor d of its 1x128 block at
 // factor_offset(r, c / 128, rows) (layout.h), out = bf16(fl32(e4m3(q) * d)) element by element
-// through the CPU reference's scalars (not on the hot path). Grouped factors are a dense slice.
+// through the CPU reference's scalar (numerics.h dequantize_blockwise_element; not on the hot
+// path). Grouped factors are a dense slice.
 template <typename Index>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
     dequantize_factor_kernel(const DequantKernelParams p) {
@@ -126,8 +127,8 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     const Index r = chunk / chunks_per_row;
     const Index c = (chunk - r * chunks_per_row) * DequantConfig::kChunk;
     q[i] = ptx::ld_global_nc_v4_if(p.q + (in ? int64_t(chunk) * DequantConfig::kChunk : 0), in);
-    d[i] = in ? factors[factor_offset(int64_t(r), int64_t(c) / Fp8Blockwise::kBlock, p.rows)]
-              : 0.0f;
+    d[i] =
+        in ? factors[factor_offset(int64_t(r), int64_t(c) / Fp8Blockwise::kBlock, p.rows)] : 0.0f;
   }
 #pragma unroll
   for (int i = 0; i < kLoads; ++i) {
@@ -138,10 +139,9 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
     uint32_t* words = reinterpret_cast<uint32_t*>(out);
 #pragma unroll
     for (int e = 0; e < DequantConfig::kChunk; e += 2) {
-      const uint16_t lo =
-          bf16_from_f32(mul_rn(e4m3_to_f32(uint8_t(w[e / 4] >> (8 * (e % 4)))), d[i]));
+      const uint16_t lo = dequantize_blockwise_element(uint8_t(w[e / 4] >> (8 * (e % 4))), d[i]);
       const uint16_t hi =
-          bf16_from_f32(mul_rn(e4m3_to_f32(uint8_t(w[e / 4] >> (8 * (e % 4 + 1)))), d[i]));
+          dequantize_blockwise_element(uint8_t(w[e / 4] >> (8 * (e % 4 + 1))), d[i]);
       words[e / 2] = uint32_t(lo) | (uint32_t(hi) << 16);
     }
     const unsigned odd = threadIdx.x & 1;

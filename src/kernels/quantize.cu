@@ -135,21 +135,9 @@ void launch_quantize_routed(const QuantizeRoutedParams& p, int tile_rows) {
 }
 
 // The baseline: the rowwise kernel (M-groups s_row itself when grouped: the layout is the same
-// kernel's), the colwise kernel writing plain S_col, and to_blocked placing it. FP8 blockwise: the
-// rowwise kernel and the colwise kernel, each writing its factors in place (the workspace unused);
-// the colwise launch writes the status word.
+// kernel's), the colwise kernel writing plain S_col, and to_blocked placing it. MXFP8 only
+// (validation refuses FP8 blockwise: its factors need no placing, so it has no composed baseline).
 void launch_quantize_composed(const QuantizeParams& p, uint8_t* workspace, int tile_rows) {
-  if (p.format == Format::kFp8Blockwise) {
-    QuantizeParams row = p;
-    row.q_col = row.s_col = nullptr;
-    row.status = nullptr;
-    launch_quantize(row, tile_rows);
-    QuantizeParams col = p;
-    col.q_row = col.s_row = nullptr;
-    launch_quantize(col, tile_rows);
-    (void)workspace;
-    return;
-  }
   kernels::RoutedTileParams row = kernels::tile_params(p, tile_rows);
   row.q_col = row.s_col = nullptr;
   row.status = nullptr;  // to_blocked reports on offs

@@ -75,9 +75,9 @@ struct TileF32;
 template <class Format, class Family, DType kIn, bool kRouted>
 void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream);
 // Each compiled in its own translation unit (instantiations/), never where it is called.
-#define MXQ_TILE_INSTANCE(Format, Family, kIn, kRouted)                                      \
-  extern template void launch_tile<Format, Family, kIn, kRouted>(const RoutedTileParams&, \
-                                                                 Variant, ScalingMode, cudaStream_t);
+#define MXQ_TILE_INSTANCE(Format, Family, kIn, kRouted)                                            \
+  extern template void launch_tile<Format, Family, kIn, kRouted>(const RoutedTileParams&, Variant, \
+                                                                 ScalingMode, cudaStream_t);
 MXQ_TILE_INSTANCE(Mxfp8, Tile128, DType::kBFloat16, false)
 MXQ_TILE_INSTANCE(Mxfp8, Tile128, DType::kBFloat16, true)
 MXQ_TILE_INSTANCE(Mxfp8, Tile128, DType::kFloat16, false)

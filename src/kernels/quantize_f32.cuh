@@ -250,7 +250,7 @@ __device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
   // Colwise: lanes 2j and 2j+1 of warp w read bands 0 and 1 of column 16w + j of the staged half.
   const int k = 16 * warp + lane / 2;
   const int band = lane & 1;
-  const auto read_column = [&](uint32_t (&b)[kPiece]) {
+  const auto read_column = [&](uint32_t(&b)[kPiece]) {
 #pragma unroll
     for (int j = 0; j < kPiece; ++j) {
       const int row = kPiece * band + j;
@@ -302,8 +302,7 @@ __device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
     const BlockScale bs = blockwise_scale_of<DType::kFloat32, kMode>(amax, d);
     convert_column(b, bs, 1);
     if (band == 0 && k < cols) {
-      reinterpret_cast<float*>(p.s_col)[factor_offset(k0 + k, m0 / Fp8Blockwise::kBlock, p.K)] =
-          d;
+      reinterpret_cast<float*>(p.s_col)[factor_offset(k0 + k, m0 / Fp8Blockwise::kBlock, p.K)] = d;
     }
     // ---- half 0 again ----
     __syncthreads();  // half 1 is read

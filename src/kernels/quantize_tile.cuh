@@ -83,7 +83,7 @@ struct Config {
   static constexpr int kBlocksPerRow = kTileCols / kPiece;         // 4
   static constexpr int kRowBlocksPerThread = kRows * kBlocksPerRow / kThreads;  // 2 (1)
   static constexpr int kRowsPerWarp = kRows / kWarps;                           // 16 (8)
-  static constexpr int kBands = kRows / kPiece;  // 32-row bands: 4 (2) of the atom's 4
+  static constexpr int kBands = kRows / kPiece;     // 32-row bands: 4 (2) of the atom's 4
   static constexpr int kColGroups = kTileCols / 8;  // 8-column groups, one ldmatrix column set each
   // An ldmatrix pass hands a warp 4 pieces (8-column group, band): 1 group x 4 bands, or 2 x 2.
   static constexpr int kGroupsPerPass = 4 / kBands;
@@ -405,8 +405,8 @@ __device__ __forceinline__ void rowwise_blocks(const uint4 (*tile)[Config<>::kCh
       store_block_pair(q_pair + j * kRowStep * p.K, q, row_in && pair * kBlock < cols,
                        row_in && (pair + 1) * kBlock < cols);
       if (blk == 0 && row_in) {
-        reinterpret_cast<float*>(p.s_row)[factor_offset(
-            m0 + r, k0 / Cfg::BlockFormat::kBlock, p.M)] = d;
+        reinterpret_cast<float*>(
+            p.s_row)[factor_offset(m0 + r, k0 / Cfg::BlockFormat::kBlock, p.M)] = d;
       }
     }
   }
@@ -561,7 +561,8 @@ void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode,
   const auto launch = [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
     using V = VariantTraits<kV>;
-    const int64_t grid = p.tiles + (V::kGrouped ? appended_ctas<Format>(p, V::kRowwise, V::kCol) : 0);
+    const int64_t grid =
+        p.tiles + (V::kGrouped ? appended_ctas<Format>(p, V::kRowwise, V::kCol) : 0);
     MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
     if (grid == 0) return;
     TileParamsOf<kV> params = p;  // TileParams: the routed fields dropped

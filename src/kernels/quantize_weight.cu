@@ -394,7 +394,7 @@ void launch_quantize_weight(const QuantizeWeightParams& p) {
       constexpr w::Axes kAxes = decltype(a)::value;
       w::launch_kernel<decltype(t)::value, decltype(scaling)::value, decltype(m)::value,
                        kAxes != w::Axes::kColwise, kAxes != w::Axes::kRowwise>(params, grid,
-                                                                              p.stream);
+                                                                               p.stream);
     });
   };
   dispatch<DType::kBFloat16, DType::kFloat16, DType::kFloat32>(p.dtype, [&](auto t) {

@@ -179,9 +179,9 @@ void launch_route_plan(const RoutePlanParams& p, cudaStream_t stream) {
   dispatch_bool(p.index64, [&](auto i) {
     dispatch_bool(p.counts64, [&](auto c) {
       dispatch<Mxfp8::kBlock, Fp8Blockwise::kBlock>(p.align, [&](auto a) {
-        launch_dependent(route_plan_kernel<decltype(i)::value, decltype(c)::value,
-                                           decltype(a)::value>,
-                         static_cast<unsigned>(ctas), kPlanThreads, 0, stream, p);
+        launch_dependent(
+            route_plan_kernel<decltype(i)::value, decltype(c)::value, decltype(a)::value>,
+            static_cast<unsigned>(ctas), kPlanThreads, 0, stream, p);
       });
     });
   });

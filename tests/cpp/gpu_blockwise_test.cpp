@@ -1,6 +1,6 @@
 // FP8 blockwise on the device (docs/numerics.md §13), byte for byte against the CPU reference
 // (mxq::ref::quantize, quantize_weight, dequantize, quantize_routed with format kFp8Blockwise):
-// every input type, path (rowwise, colwise, fused, composed), dense and grouped (empty groups and a
+// every input type, path (rowwise, colwise, fused), dense and grouped (empty groups and a
 // tail), both scaling modes (fp32, rceil), random and adversarial 128-element blocks. Outputs are
 // poisoned (two poisons, so a byte left unwritten cannot match by chance) and guarded (nothing is
 // written outside them); misaligned offs set the status bit.
@@ -69,7 +69,7 @@ std::vector<std::vector<float>> blockwise_special_blocks() {
 }
 
 std::vector<float> make_values(int64_t rows, int64_t cols, bool special, uint64_t seed) {
-  std::vector<float> v(size_t(rows * cols));
+  std::vector<float> v(static_cast<size_t>(rows * cols));
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::uniform_int_distribution<int> exponent(-30, 30);
@@ -113,12 +113,12 @@ std::vector<int32_t> blockwise_offs(int64_t M, int64_t G, bool tail, uint64_t se
   const int64_t units = M / kB;
   const int64_t covered = tail ? std::max<int64_t>(units - 1, 0) : units;
   std::uniform_int_distribution<int64_t> cut(0, covered);
-  std::vector<int64_t> ends(size_t(G));
+  std::vector<int64_t> ends(static_cast<size_t>(G));
   for (auto& e : ends) e = cut(rng);
   std::sort(ends.begin(), ends.end());
   ends.back() = covered;
   if (G > 1) ends[1] = ends[0];  // group 1 empty
-  std::vector<int32_t> offs(size_t(G));
+  std::vector<int32_t> offs(static_cast<size_t>(G));
   for (size_t g = 0; g < offs.size(); ++g) offs[g] = int32_t(ends[g] * kB);
   return offs;
 }
@@ -135,7 +135,8 @@ TEST_P(BlockwiseQuantize, MatchesReference) {
   const auto [dtype, path, grouped, mode, shape, special] = GetParam();
   const int64_t M = shape.M, K = shape.K;
   const auto x = to_dtype(make_values(M, K, special, test_seed()), dtype);
-  const std::vector<int32_t> offs = grouped ? blockwise_offs(M, 4, true, test_seed(1)) : std::vector<int32_t>{};
+  const std::vector<int32_t> offs =
+      grouped ? blockwise_offs(M, 4, true, test_seed(1)) : std::vector<int32_t>{};
   const bool row = has_rowwise(path), col = has_colwise(path);
   const int64_t q_bytes = M * K;
   const int64_t d_row_bytes = factor_shape(M, K).bytes() * 4;
@@ -173,8 +174,7 @@ TEST_P(BlockwiseQuantize, MatchesReference) {
   Stream stream;
   GuardedBuffer dx("x", x.size()), dq_row("q_row", size_t(q_bytes)),
       dq_col("q_col", size_t(q_bytes)), ds_row("s_row", size_t(d_row_bytes)),
-      ds_col("s_col", size_t(d_col_bytes)), doffs("offs", offs.size() * 4), dstatus("status", 4),
-      work("workspace", size_t(std::max<int64_t>(composed_workspace_bytes(M, K), 16)));
+      ds_col("s_col", size_t(d_col_bytes)), doffs("offs", offs.size() * 4), dstatus("status", 4);
   dx.upload(x.data(), stream.get());
   if (grouped) doffs.upload(offs.data(), stream.get());
   for (const uint8_t poison : kPoisons) {
@@ -202,11 +202,7 @@ TEST_P(BlockwiseQuantize, MatchesReference) {
       p.q_col = dq_col.data();
       p.s_col = ds_col.data();
     }
-    if (path == Path::kComposed) {
-      quantize_composed(p, work.data());
-    } else {
-      quantize(p);
-    }
+    quantize(p);
     MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
     const std::string tag = std::string(" (poison 0x") + (poison == kPoison ? "a5" : "5a") + ")";
     if (row) {
@@ -249,9 +245,9 @@ const Shape kShapes[] = {{128, 128}, {256, 384}, {384, 1024}, {1152, 256}};
 INSTANTIATE_TEST_SUITE_P(
     Shapes, BlockwiseQuantize,
     ::testing::Combine(::testing::Values(DType::kBFloat16, DType::kFloat16, DType::kFloat32),
-                       ::testing::Values(Path::kRowwise, Path::kColwise, Path::kFused,
-                                         Path::kComposed),
-                       ::testing::Bool(), ::testing::Values(ScalingMode::kFp32, ScalingMode::kRceil),
+                       ::testing::Values(Path::kRowwise, Path::kColwise, Path::kFused),
+                       ::testing::Bool(),
+                       ::testing::Values(ScalingMode::kFp32, ScalingMode::kRceil),
                        ::testing::ValuesIn(kShapes), ::testing::Bool()),
     act_name);
 
@@ -302,8 +298,8 @@ TEST_F(BlockwiseOffsStatus, MisalignedDecreasingBeyond) {
     p.stream = stream.get();
     quantize(p);
     int32_t status = -1;
-    MXQ_TEST_CUDA(cudaMemcpyAsync(&status, dstatus.data(), 4, cudaMemcpyDeviceToHost,
-                                  stream.get()));
+    MXQ_TEST_CUDA(
+        cudaMemcpyAsync(&status, dstatus.data(), 4, cudaMemcpyDeviceToHost, stream.get()));
     MXQ_TEST_CUDA(cudaStreamSynchronize(stream.get()));
     EXPECT_EQ(status & c.bits, c.bits) << offs_to_string(c.offs) << ": " << describe_status(status);
     if (c.bits == 0) EXPECT_EQ(status, 0) << describe_status(status);
@@ -311,6 +307,21 @@ TEST_F(BlockwiseOffsStatus, MisalignedDecreasingBeyond) {
       EXPECT_TRUE(b->guards_intact(stream.get())) << offs_to_string(c.offs);
     }
   }
+}
+
+// The composed path is MXFP8's baseline: FP8 blockwise is refused, not run another way.
+TEST_F(BlockwiseOffsStatus, ComposedRefused) {
+  const int64_t M = 128, K = 128;
+  GuardedBuffer dx("x", size_t(M * K * 2)), dq("q", size_t(M * K)), ds("s", 512), work("ws", 4096);
+  QuantizeParams p;
+  p.x = dx.data();
+  p.M = M;
+  p.K = K;
+  p.format = Format::kFp8Blockwise;
+  p.scaling_mode = ScalingMode::kFp32;
+  p.q_row = p.q_col = dq.data();
+  p.s_row = p.s_col = ds.data();
+  EXPECT_THROW(quantize_composed(p, work.data()), Error);
 }
 
 // ---- dequantize ----
@@ -322,7 +333,7 @@ TEST_P(BlockwiseDequantize, MatchesReference) {
   const int64_t M = shape.M, K = shape.K;
   const auto x = to_dtype(make_values(M, K, true, test_seed()), DType::kBFloat16);
   // q and d from the reference (the quantize kernels are checked above).
-  std::vector<uint8_t> q(size_t(M * K)), d;
+  std::vector<uint8_t> q(static_cast<size_t>(M * K)), d;
   const int64_t rows = colwise ? K : M, cols = colwise ? M : K;
   d.resize(size_t(factor_shape(rows, cols).bytes() * 4));
   {
@@ -363,16 +374,18 @@ TEST_P(BlockwiseDequantize, MatchesReference) {
   }
 }
 
+std::string dequant_name(const ::testing::TestParamInfo<DequantParam>& info) {
+  const auto [colwise, mode, shape] = info.param;
+  return std::string(colwise ? "colwise" : "rowwise") + "_" + to_string(mode) + "_" +
+         shape_name(shape);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, BlockwiseDequantize,
     ::testing::Combine(::testing::Bool(),
                        ::testing::Values(ScalingMode::kFp32, ScalingMode::kRceil),
                        ::testing::Values(Shape{128, 128}, Shape{256, 384}, Shape{1024, 640})),
-    [](const ::testing::TestParamInfo<DequantParam>& info) {
-      const auto [colwise, mode, shape] = info.param;
-      return std::string(colwise ? "colwise" : "rowwise") + "_" + to_string(mode) + "_" +
-             shape_name(shape);
-    });
+    dequant_name);
 
 // ---- weights (G, N, K), 128x128 tiles ----
 using WeightParam = std::tuple<DType, ScalingMode, int /*axes: 1 row, 2 col, 3 both*/,
@@ -414,7 +427,8 @@ TEST_P(BlockwiseWeight, MatchesReference) {
       ds_col("s_col", size_t(s_col_bytes));
   dw.upload(w.data(), stream.get());
   for (const uint8_t poison : kPoisons) {
-    for (const GuardedBuffer* b : {&dq_row, &dq_col, &ds_row, &ds_col}) b->fill(poison, stream.get());
+    for (const GuardedBuffer* b : {&dq_row, &dq_col, &ds_row, &ds_col})
+      b->fill(poison, stream.get());
     QuantizeWeightParams d = p;
     d.w = dw.data();
     d.q_row = row ? dq_row.data() : nullptr;
@@ -442,6 +456,16 @@ TEST_P(BlockwiseWeight, MatchesReference) {
   }
 }
 
+std::string weight_name(const ::testing::TestParamInfo<WeightParam>& info) {
+  const auto [dtype, mode, axes, gnk] = info.param;
+  return std::string(dtype_name(dtype)) + "_" + to_string(mode) + "_" +
+         (axes == 1   ? "rowwise"
+          : axes == 2 ? "colwise"
+                      : "both") +
+         "_" + std::to_string(std::get<0>(gnk)) + "x" + std::to_string(std::get<1>(gnk)) + "x" +
+         std::to_string(std::get<2>(gnk));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Shapes, BlockwiseWeight,
     ::testing::Combine(::testing::Values(DType::kBFloat16, DType::kFloat16, DType::kFloat32),
@@ -451,13 +475,7 @@ INSTANTIATE_TEST_SUITE_P(
                                          std::make_tuple(int64_t(1), int64_t(384), int64_t(640)),
                                          std::make_tuple(int64_t(3), int64_t(256), int64_t(1152)),
                                          std::make_tuple(int64_t(2), int64_t(640), int64_t(256)))),
-    [](const ::testing::TestParamInfo<WeightParam>& info) {
-      const auto [dtype, mode, axes, gnk] = info.param;
-      return std::string(dtype_name(dtype)) + "_" + to_string(mode) + "_" +
-             (axes == 1 ? "rowwise" : axes == 2 ? "colwise" : "both") + "_" +
-             std::to_string(std::get<0>(gnk)) + "x" + std::to_string(std::get<1>(gnk)) + "x" +
-             std::to_string(std::get<2>(gnk));
-    });
+    weight_name);
 
 // ---- routed ----
 using RoutedParam = std::tuple<DType, ScalingMode, bool /*scaled*/>;
@@ -471,10 +489,10 @@ TEST_P(BlockwiseRouted, MatchesReference) {
   std::vector<int32_t> counts = {70, 0, 129, 1, 200};
   int64_t N = 0;
   for (const int32_t c : counts) N += c;
-  std::vector<int32_t> index(size_t(N));
+  std::vector<int32_t> index(static_cast<size_t>(N));
   std::uniform_int_distribution<int32_t> row(0, int32_t(T - 1));
   for (auto& i : index) i = row(rng);
-  std::vector<float> scale(size_t(N));
+  std::vector<float> scale(static_cast<size_t>(N));
   std::uniform_real_distribution<float> gate(0.f, 1.f);
   for (auto& s : scale) s = gate(rng);
   const int64_t Mp = padded_rows<int64_t, Fp8Blockwise>(N, E);
@@ -484,7 +502,7 @@ TEST_P(BlockwiseRouted, MatchesReference) {
 
   std::vector<uint8_t> q_row(size_t(q_bytes), kPoison), q_col(size_t(q_bytes), kPoison),
       s_row(size_t(d_row_bytes), kPoison), s_col(size_t(d_col_bytes), kPoison);
-  std::vector<int32_t> offs_p(size_t(E)), dest(size_t(N));
+  std::vector<int32_t> offs_p(static_cast<size_t>(E)), dest(static_cast<size_t>(N));
   QuantizeRoutedParams p;
   p.x = x.data();
   p.dtype = dtype;
@@ -511,7 +529,7 @@ TEST_P(BlockwiseRouted, MatchesReference) {
       dq_row("q_row", size_t(q_bytes)), dq_col("q_col", size_t(q_bytes)),
       ds_row("s_row", size_t(d_row_bytes)), ds_col("s_col", size_t(d_col_bytes)),
       doffs_p("offs_p", size_t(E) * 4), ddest("dest", size_t(N) * 4), dstatus("status", 4),
-      work("workspace", size_t(quantize_routed_workspace_bytes(N, E)));
+      work("workspace", size_t(quantize_routed_workspace_bytes(N, E, Format::kFp8Blockwise)));
   dx.upload(x.data(), stream.get());
   dindex.upload(index.data(), stream.get());
   dcounts.upload(counts.data(), stream.get());
@@ -547,16 +565,18 @@ TEST_P(BlockwiseRouted, MatchesReference) {
   }
 }
 
+std::string routed_name(const ::testing::TestParamInfo<RoutedParam>& info) {
+  const auto [dtype, mode, scaled] = info.param;
+  return std::string(dtype_name(dtype)) + "_" + to_string(mode) +
+         (scaled ? "_scaled" : "_unscaled");
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, BlockwiseRouted,
     ::testing::Combine(::testing::Values(DType::kBFloat16, DType::kFloat16, DType::kFloat32),
                        ::testing::Values(ScalingMode::kFp32, ScalingMode::kRceil),
                        ::testing::Bool()),
-    [](const ::testing::TestParamInfo<RoutedParam>& info) {
-      const auto [dtype, mode, scaled] = info.param;
-      return std::string(dtype_name(dtype)) + "_" + to_string(mode) +
-             (scaled ? "_scaled" : "_unscaled");
-    });
+    routed_name);
 
 }  // namespace
 }  // namespace mxq::test

@@ -3,6 +3,7 @@
 #include "../quantize_f32.cuh"
 
 namespace mxq::kernels {
-template void launch_tile<Fp8Blockwise, TileF32, DType::kFloat32, true>(
-    const RoutedTileParams&, Variant, ScalingMode, cudaStream_t);
+template void launch_tile<Fp8Blockwise, TileF32, DType::kFloat32, true>(const RoutedTileParams&,
+                                                                        Variant, ScalingMode,
+                                                                        cudaStream_t);
 }  // namespace mxq::kernels

@@ -3,6 +3,7 @@
 #include "../quantize_tile128.cuh"
 
 namespace mxq::kernels {
-template void launch_tile<Fp8Blockwise, Tile128, DType::kFloat16, false>(
-    const RoutedTileParams&, Variant, ScalingMode, cudaStream_t);
+template void launch_tile<Fp8Blockwise, Tile128, DType::kFloat16, false>(const RoutedTileParams&,
+                                                                         Variant, ScalingMode,
+                                                                         cudaStream_t);
 }  // namespace mxq::kernels
