@@ -812,6 +812,45 @@ TEST(BlockwiseValidation, QuantizeRefusals) {
   EXPECT_TRUE(b.untouched());
 }
 
+// Valid FP8 blockwise arguments pass every check: the GPU entry points of a CPU build get as far
+// as the device (kUnsupported); empty inputs write nothing but the status word.
+TEST(BlockwiseValidation, ValidArgumentsReachTheDeviceAndEmptyInputsWriteOnlyStatus) {
+  const std::string no_cuda =
+      "this build of mxq has no CUDA (nvcc was not found at configure time); the CPU reference "
+      "(mxq::ref) works";
+  if (!gpu_available()) {
+    Buffers b;
+    EXPECT_TRUE(refuses([&] { quantize(b.params()); }, "mxq::quantize: " + no_cuda,
+                        Error::Kind::kUnsupported));
+    QuantizeParams p = b.params();
+    p.scaling_mode = ScalingMode::kRceil;
+    p.q_col = nullptr;
+    p.s_col = nullptr;
+    EXPECT_TRUE(
+        refuses([&] { quantize(p); }, "mxq::quantize: " + no_cuda, Error::Kind::kUnsupported));
+    EXPECT_TRUE(b.untouched());
+  }
+  for (const int64_t M : {int64_t(0), int64_t(256)}) {
+    const int64_t K = 256 - M;  // one of the two is 0
+    const std::vector<int32_t> offs = {0};
+    int32_t status = -1;
+    QuantizeParams p;
+    p.M = M;
+    p.K = K;
+    p.format = Format::kFp8Blockwise;
+    p.scaling_mode = ScalingMode::kFp32;
+    p.offs = offs.data();
+    p.num_groups = 1;
+    p.status = &status;
+    Bytes poison(16, kPoison);  // any buffer of 0 bytes: nothing may be written into it
+    p.q_row = poison.data();
+    p.s_row = poison.data();
+    ref::quantize(p);
+    EXPECT_EQ(status, 0);
+    EXPECT_EQ(poison, Bytes(16, kPoison));
+  }
+}
+
 TEST(BlockwiseValidation, SizeChecksTakeTheFormat) {
   const Format f = Format::kFp8Blockwise;
   EXPECT_NO_THROW(check_sizes(256, 384, -1, f));
