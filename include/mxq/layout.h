@@ -202,4 +202,37 @@ MXQ_HD constexpr KGroup next_kgroup(const KGroup& prev, int64_t end_token, int64
           prev.base + prev.padded_cols() * round_up(K, kAtomRows)};
 }
 
+// ---- FP8 blockwise (docs/numerics.md §13): fp32 factors, outer dimension fastest ----
+// The factors of a (outer, inner) e4m3 matrix quantized in 1x128 blocks along `inner`: an
+// (outer, inner/128) fp32 matrix stored with outer fastest (strides (1, outer)), so factor
+// [o, j] is element j * outer + o. Activations x (M, K): d_row = factor_shape(M, K) for q_row (M,
+// K); d_col = factor_shape(K, M) for q_col (K, M). Grouped (every group end a multiple of 128) and
+// routed outputs use the same layout: a group's factors are a slice of it. Sizes are in floats.
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> factor_shape(const Int& outer, const Int& inner) {
+  return {outer, inner / Fp8Blockwise::kBlock};
+}
+MXQ_HD constexpr int64_t factor_offset(int64_t o, int64_t j, int64_t outer) {
+  return j * outer + o;
+}
+
+// Expert weights W (G, N, K) in 128x128 tiles: one factor per tile, in the two layouts the GEMMs
+// take (cuBLASLt's 128x128 scales: the contraction's blocks fastest, their count padded to a
+// multiple of 4 so each column starts 16-byte aligned; padding factors are 0).
+//   s_row (forward, contraction K): per expert an (N/128, roundup(K/128, 4)) row-major matrix;
+//         tile (tn, tk) at tn * roundup(K/128, 4) + tk.
+//   s_col (dgrad, contraction N, data q_col (G, K, N)): per expert (K/128, roundup(N/128, 4));
+//         tile (tn, tk) at tk * roundup(N/128, 4) + tn.
+// Sizes are in floats; shape (G, per-expert count).
+template <typename Int>
+MXQ_HD constexpr Extent2d<Int> weight_factor_shape(const Int& G, const Int& outer,
+                                                   const Int& inner) {
+  return {G, (outer / Fp8Blockwise::kBlock) * round_up(inner / Fp8Blockwise::kBlock, 4)};
+}
+MXQ_HD constexpr int64_t weight_factor_offset(int64_t g, int64_t t_outer, int64_t t_inner,
+                                              int64_t outer, int64_t inner) {
+  return g * weight_factor_shape<int64_t>(1, outer, inner).cols +
+         t_outer * round_up(inner / Fp8Blockwise::kBlock, 4) + t_inner;
+}
+
 }  // namespace mxq

@@ -1,5 +1,10 @@
-// mxq public C++ API: MXFP8 quantization of a bf16, fp16 or fp32 (M, K) tensor on raw device
-// pointers and a cudaStream_t. Contract: docs/numerics.md.
+// mxq public C++ API: MXFP8 and FP8 blockwise quantization of a bf16, fp16 or fp32 (M, K) tensor
+// on raw device pointers and a cudaStream_t. Contract: docs/numerics.md.
+//
+// Every params struct names its block format (format.h): Format::kMxfp8 (32-element blocks, E8M0
+// scale bytes in the blocked 128x4 layout; the default) or Format::kFp8Blockwise (128-element
+// blocks, one fp32 factor per block, outer dimension fastest: layout.h factor_shape, §13). The
+// scale pointers are raw bytes: E8M0 bytes for MXFP8, fp32 factors for FP8 blockwise.
 //
 // One entry point quantizes: mxq::quantize(p) runs one kernel that reads x once and writes the
 // outputs whose pointers are set — rowwise (q_row, s_row), colwise (q_col, s_col), or all four. A
@@ -60,9 +65,14 @@ class Error : public std::runtime_error {
   std::string message_;
 };
 
-// Parses the exact strings "rceil" and "floor"; anything else throws (no silent fallback).
+// Parses the exact strings "rceil", "floor" and "fp32"; anything else throws (no silent fallback).
+// Which modes a format takes is checked by the ops: MXFP8 rceil or floor, FP8 blockwise fp32 or
+// rceil.
 ScalingMode parse_scaling_mode(const std::string& name);
 const char* to_string(ScalingMode mode);
+// Parses the exact strings "mxfp8" and "fp8_blockwise"; anything else throws.
+Format parse_format(const std::string& name);
+const char* to_string(Format format);
 // "bf16", "fp16" or "fp32": the names the benchmark JSON and the test names use.
 const char* to_string(DType dtype);
 
@@ -71,7 +81,7 @@ const char* to_string(DType dtype);
 enum StatusBits : int32_t {
   kOffsDecreasing = 1,  // offs[g] < offs[g-1] (or offs[0] < 0)
   kOffsBeyondM = 2,     // offs[g] > M
-  kOffsMisaligned = 4,  // a group boundary not a multiple of kGroupAlign
+  kOffsMisaligned = 4,  // a group boundary not a multiple of the format's block (32 or 128)
   // quantize_routed (its own inputs; its offs_p is computed, so the bits above stay 0):
   kIndexOutOfRange = 8,  // an index entry outside [0, T): that routed row is quantized as zeros
   kCountsNegative = 16,  // a counts entry below 0 (taken as 0)
@@ -83,15 +93,18 @@ std::string describe_status(int32_t status);
 struct QuantizeParams {
   const void* x = nullptr;         // (M, K), row-major, 16-byte aligned
   DType dtype = DType::kBFloat16;  // x's element type: bf16, fp16 or fp32
-  int64_t M = 0;
+  int64_t M = 0;                   // M and K: multiples of the format's block (32 or 128)
   int64_t K = 0;
+  Format format = Format::kMxfp8;
   ScalingMode scaling_mode = ScalingMode::kRceil;
   const int32_t* offs = nullptr;  // optional: grouped (MoE) mode, G cumulative end offsets along M
   int64_t num_groups = 0;         // G; 0 without offs
   uint8_t* q_row = nullptr;       // q_row_shape(M, K): e4m3 (M, K)
   uint8_t* s_row = nullptr;       // s_row_shape(M, K, G): blocked, or M-groups with offs
+                                  // (FP8 blockwise: fp32 factor_shape(M, K), with offs too)
   uint8_t* q_col = nullptr;       // q_col_shape(M, K): e4m3 (K, M), row k = column k of x
   uint8_t* s_col = nullptr;       // s_col_shape(M, K, G): blocked, or K-groups with offs
+                                  // (FP8 blockwise: fp32 factor_shape(K, M), with offs too)
   int32_t* status = nullptr;      // optional with offs: written with StatusBits on every call
   cudaStream_t stream = nullptr;
 
@@ -128,6 +141,8 @@ struct QuantizeRoutedParams {
   IndexType counts_type = IndexType::kInt32;
   int64_t num_experts = 0;       // E, 1 to kMaxGroups
   const float* scale = nullptr;  // optional (N): per routed row factor (gate scores)
+  Format format = Format::kMxfp8;  // FP8 blockwise: groups padded to 128, Mp = padded_rows<
+                                   // int64_t, Fp8Blockwise>(N, E), factors as in QuantizeParams
   ScalingMode scaling_mode = ScalingMode::kRceil;
   uint8_t* q_row = nullptr;   // q_row_shape(Mp, K)
   uint8_t* s_row = nullptr;   // s_row_shape(Mp, K, E): M-groups over offs_p
@@ -135,7 +150,7 @@ struct QuantizeRoutedParams {
   uint8_t* s_col = nullptr;   // s_col_shape(Mp, K, E): K-groups over offs_p
   int32_t* offs_p = nullptr;  // (E): padded group ends
   int32_t* dest = nullptr;    // (N): padded row of each routed row
-  void* workspace = nullptr;  // GPU: quantize_routed_workspace_bytes(N, E) bytes of device memory
+  void* workspace = nullptr;  // GPU, device memory: quantize_routed_workspace_bytes(N, E, format)
   int32_t* status = nullptr;  // optional (GPU): StatusBits of index and counts, every call
   cudaStream_t stream = nullptr;
 
@@ -143,20 +158,28 @@ struct QuantizeRoutedParams {
   bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
 // The GPU entry point's scratch: the source row and scale factor of each padded row (8 bytes a row).
-int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts);
+// The padded row count, and so the workspace, follows the format's block (32 or 128).
+int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts,
+                                        Format format = Format::kMxfp8);
 // The size rules of quantize_routed (throws as the op would): T, K, N, E.
-void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts);
+void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts,
+                        Format format = Format::kMxfp8);
 
 // ---- dequantize: e4m3 data (rows, cols) + scales of its (rows, cols/32) blocks -> bf16 ----
 // Rowwise: q_row (M, K) with s_row: blocked, or kMGroups with offs (rows are tokens). Colwise:
 // q_col (K, M) with s_col: blocked, or kKGroups with offs (cols are tokens; tail tokens give +0).
 // out = bf16(e4m3(q) * 2^(s-127)), the fp32 product rounded once; s = 255 gives NaN.
+// FP8 blockwise (format kFp8Blockwise, layout kBlocked, no offs): scales are the fp32 factors of
+// factor_shape(rows, cols) and out = bf16(e4m3(q) * d), the fp32 product rounded once (q_row with
+// d_row, or q_col with d_col: the same layout). Grouped blockwise factors are a dense slice, so they
+// dequantize without offs.
 enum class ScaleLayout : int32_t { kBlocked = 0, kMGroups = 1, kKGroups = 2 };
 struct DequantizeParams {
   const uint8_t* q = nullptr;
   const uint8_t* scales = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  Format format = Format::kMxfp8;
   ScaleLayout layout = ScaleLayout::kBlocked;
   const int32_t* offs = nullptr;  // the grouped layouts: G cumulative end offsets along the tokens
   int64_t num_groups = 0;
@@ -168,8 +191,11 @@ struct DequantizeParams {
 // ---- expert weights: W (G, N, K) -> per expert, rowwise along K and colwise along N ----
 // (docs/numerics.md §11.) G = 1 is a dense Linear's (N, K) weight. N and K multiples of 32.
 enum class WeightScaling : int32_t {
-  k1x32 = 0,   // each axis its own 32-element blocks (two scale sets, two byte sets)
-  k32x32 = 1,  // one scale per 32x32 tile: q_col is exactly the per-expert transpose of q_row
+  k1x32 = 0,    // MXFP8: each axis its own 32-element blocks (two scale sets, two byte sets)
+  k32x32 = 1,   // MXFP8: one scale per 32x32 tile: q_col is exactly the per-expert transpose of q_row
+  k128x128 = 2,  // FP8 blockwise: one fp32 factor per 128x128 tile; q_col is the per-expert
+                 // transpose of q_row; s_row / s_col the tile factors in the forward's and the
+                 // dgrad's layout (layout.h weight_factor_shape(G, N, K) / (G, K, N))
 };
 struct QuantizeWeightParams {
   const void* w = nullptr;  // (G, N, K) row-major, 16-byte aligned
@@ -177,6 +203,7 @@ struct QuantizeWeightParams {
   int64_t G = 0;
   int64_t N = 0;
   int64_t K = 0;
+  Format format = Format::kMxfp8;  // FP8 blockwise: N and K multiples of 128, scaling k128x128
   ScalingMode scaling_mode = ScalingMode::kRceil;
   WeightScaling scaling = WeightScaling::k32x32;
   uint8_t* q_row = nullptr;       // (G, N, K) e4m3
@@ -188,16 +215,19 @@ struct QuantizeWeightParams {
   bool rowwise() const { return q_row != nullptr || s_row != nullptr; }
   bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
-// Parses the exact strings "1x32" and "32x32"; anything else throws (no silent fallback).
+// Parses the exact strings "1x32", "32x32" and "128x128"; anything else throws (no silent fallback).
 WeightScaling parse_weight_scaling(const std::string& name);
 const char* to_string(WeightScaling scaling);
 
 // The size rules of the ops (docs/numerics.md §9) alone, for a caller that sizes outputs without
 // calling an op (the torch layer's Meta impls): they throw mxq::Error as the op would.
-// num_groups: the length of offs, or -1 without offs.
-void check_sizes(int64_t M, int64_t K, int64_t num_groups);  // quantize of x (M, K)
-void check_dequantize_sizes(int64_t rows, int64_t cols, int64_t num_groups);  // q (rows, cols)
-void check_weight_sizes(int64_t G, int64_t N, int64_t K);  // quantize_weight of (G, N, K)
+// num_groups: the length of offs, or -1 without offs. The format sets the block (32 or 128).
+void check_sizes(int64_t M, int64_t K, int64_t num_groups,
+                 Format format = Format::kMxfp8);  // quantize of x (M, K)
+void check_dequantize_sizes(int64_t rows, int64_t cols, int64_t num_groups,
+                            Format format = Format::kMxfp8);  // q (rows, cols)
+void check_weight_sizes(int64_t G, int64_t N, int64_t K,
+                        Format format = Format::kMxfp8);  // quantize_weight of (G, N, K)
 
 // ---- GPU entry points (throw Error::Kind::kUnsupported without CUDA or device code) ----
 // The fused kernel: one read of x, the requested axes.

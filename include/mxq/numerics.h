@@ -22,7 +22,11 @@
 
 namespace mxq {
 
-enum class ScalingMode : int32_t { kRceil = 0, kFloor = 1 };
+// How a block's scale follows from its amax: RCEIL and FLOOR give powers of two (MXFP8's E8M0 byte;
+// FP8 blockwise's power-of-two factor, "pow2" in the literature, is RCEIL), kFp32 the exact fp32
+// factor amax/448 of FP8 blockwise (DeepSeek-V3's rule; docs/numerics.md §13). MXFP8 takes kRceil or
+// kFloor; FP8 blockwise takes kFp32 or kRceil.
+enum class ScalingMode : int32_t { kRceil = 0, kFloor = 1, kFp32 = 2 };
 
 // Input element types. Every input widens to fp32 exactly before the block math (docs/numerics.md
 // §2), so one contract serves all three.
@@ -285,6 +289,59 @@ MXQ_HD uint8_t quantize_block(const uint16_t* v, int64_t stride, ScalingMode mod
   const float r = e8m0_reciprocal(s);
   for (int i = 0; i < kBlock; ++i) q[i] = e4m3_from_f32(mul_rn(bf16_to_f32(v[i * stride]), r));
   return s;
+}
+
+// ---- FP8 blockwise (docs/numerics.md §13): one 128-element block, an fp32 factor ----
+// For a block with finite amax: the multiplier m and the stored factor d = fl32(1 / m); the data
+// bytes are q_i = e4m3_from_f32(fl32(v_i * m)) (saturating, so |p| > 448 clamps to 448). A block
+// holding NaN or Inf gets d = NaN and every data byte 0x7F, under both rules.
+//   kFp32: m = fl32(448 / max(amax, 1e-12)), the quotient rounded once (the same as dividing in
+//          fp64 and rounding that to fp32: 53 >= 2*24 + 2 bits makes the double rounding
+//          innocuous); an all-zero block gets m = fl32(448e12).
+//   kRceil: m = e8m0_reciprocal(e8m0_from_amax(amax, kRceil)) = 2^(127-s), so d = 2^(s-127)
+//          exactly: §2's multiplier, and the data bytes §2 gives for a 128-element block.
+constexpr uint32_t kBlockwiseAmaxFloor = 0x2B8CBCCC;  // fl32(1e-12): amax is clamped below at it
+constexpr uint32_t kBlockwiseFactorNan = 0x7FC00000;  // d of a block holding NaN or Inf
+
+MXQ_HD float div_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+// m for a finite amax >= +0 (kFp32 or kRceil; kFloor gives FLOOR's power of two the same way).
+MXQ_HD float blockwise_multiplier(float amax, ScalingMode mode) {
+  if (mode == ScalingMode::kFp32) {
+    const float floor = f32_from_bits(kBlockwiseAmaxFloor);
+    return div_rn(448.0f, amax > floor ? amax : floor);
+  }
+  return e8m0_reciprocal(e8m0_from_amax(amax, mode));
+}
+
+// d = fl32(1 / m): what the GEMM multiplies by (x ~ q * d).
+MXQ_HD float blockwise_factor(float m) { return div_rn(1.0f, m); }
+
+// One FP8 blockwise block of n values already widened to fp32 (n = 128 for a 1x128 or 128x1
+// block, 128 * 128 for a weight tile): the data bytes into q[i * q_stride], d returned. A NaN or
+// Inf anywhere gives d = NaN (kBlockwiseFactorNan) and every byte 0x7F.
+MXQ_HD float quantize_blockwise_block_f32(const float* v, int n, ScalingMode mode, uint8_t* q,
+                                          int64_t q_stride = 1) {
+  const float amax = amax_f32(v, n);  // +0 or more, +Inf, or a NaN with the sign bit clear
+  if (f32_bits(amax) >= 0x7F800000u) {
+    for (int i = 0; i < n; ++i) q[i * q_stride] = kE4m3Nan;
+    return f32_from_bits(kBlockwiseFactorNan);
+  }
+  const float m = blockwise_multiplier(amax, mode);
+  for (int i = 0; i < n; ++i) q[i * q_stride] = e4m3_from_f32(mul_rn(v[i], m));
+  return blockwise_factor(m);
+}
+
+// Dequantization of one FP8 blockwise element: bf16(e4m3(q) * d), the fp32 product rounded once
+// (a NaN factor or code gives the canonical bf16 NaN).
+MXQ_HD uint16_t dequantize_blockwise_element(uint8_t q, float d) {
+  return bf16_from_f32(mul_rn(e4m3_to_f32(q), d));
 }
 
 }  // namespace mxq
