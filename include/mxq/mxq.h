@@ -139,8 +139,8 @@ struct QuantizeRoutedParams {
   int64_t N = 0;
   const void* counts = nullptr;  // (E): routed rows per expert, sum N
   IndexType counts_type = IndexType::kInt32;
-  int64_t num_experts = 0;       // E, 1 to kMaxGroups
-  const float* scale = nullptr;  // optional (N): per routed row factor (gate scores)
+  int64_t num_experts = 0;         // E, 1 to kMaxGroups
+  const float* scale = nullptr;    // optional (N): per routed row factor (gate scores)
   Format format = Format::kMxfp8;  // FP8 blockwise: groups padded to 128, Mp = padded_rows<
                                    // int64_t, Fp8Blockwise>(N, E), factors as in QuantizeParams
   ScalingMode scaling_mode = ScalingMode::kRceil;
@@ -191,8 +191,9 @@ struct DequantizeParams {
 // ---- expert weights: W (G, N, K) -> per expert, rowwise along K and colwise along N ----
 // (docs/numerics.md §11.) G = 1 is a dense Linear's (N, K) weight. N and K multiples of 32.
 enum class WeightScaling : int32_t {
-  k1x32 = 0,    // MXFP8: each axis its own 32-element blocks (two scale sets, two byte sets)
-  k32x32 = 1,   // MXFP8: one scale per 32x32 tile: q_col is exactly the per-expert transpose of q_row
+  k1x32 = 0,  // MXFP8: each axis its own 32-element blocks (two scale sets, two byte sets)
+  k32x32 =
+      1,  // MXFP8: one scale per 32x32 tile: q_col is exactly the per-expert transpose of q_row
   k128x128 = 2,  // FP8 blockwise: one fp32 factor per 128x128 tile; q_col is the per-expert
                  // transpose of q_row; s_row / s_col the tile factors in the forward's and the
                  // dgrad's layout (layout.h weight_factor_shape(G, N, K) / (G, K, N))
