@@ -150,7 +150,7 @@ struct QuantizeRoutedParams {
   uint8_t* s_col = nullptr;   // s_col_shape(Mp, K, E): K-groups over offs_p
   int32_t* offs_p = nullptr;  // (E): padded group ends
   int32_t* dest = nullptr;    // (N): padded row of each routed row
-  void* workspace = nullptr;  // GPU: quantize_routed_workspace_bytes(N, E) bytes of device memory
+  void* workspace = nullptr;  // GPU: quantize_routed_workspace_bytes(N, E, format) bytes of device memory
   int32_t* status = nullptr;  // optional (GPU): StatusBits of index and counts, every call
   cudaStream_t stream = nullptr;
 
@@ -158,7 +158,9 @@ struct QuantizeRoutedParams {
   bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
 // The GPU entry point's scratch: the source row and scale factor of each padded row (8 bytes a row).
-int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts);
+// The padded row count, and so the workspace, follows the format's block (32 or 128).
+int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts,
+                                        Format format = Format::kMxfp8);
 // The size rules of quantize_routed (throws as the op would): T, K, N, E.
 void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts,
                         Format format = Format::kMxfp8);

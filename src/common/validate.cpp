@@ -7,15 +7,46 @@
 namespace mxq::detail {
 namespace {
 
-void check_scaling_mode(ScalingMode mode) {
+// A scaling mode as its enumerator's name, or its number when it is none.
+std::string mode_name(ScalingMode mode) {
+  switch (mode) {
+    case ScalingMode::kRceil:
+      return "ScalingMode::kRceil";
+    case ScalingMode::kFloor:
+      return "ScalingMode::kFloor";
+    case ScalingMode::kFp32:
+      return "ScalingMode::kFp32";
+  }
+  return std::to_string(static_cast<int>(mode));
+}
+
+void check_format(Format format) {
+  MXQ_CHECK(format == Format::kMxfp8 || format == Format::kFp8Blockwise,
+            "format must be Format::kMxfp8 or kFp8Blockwise, got ", static_cast<int>(format));
+}
+
+// MXFP8 takes the two power-of-two rules of its E8M0 byte; FP8 blockwise its exact fp32 rule or
+// RCEIL's power of two (FLOOR can overflow e4m3 and is no rule of the recipe).
+void check_scaling_mode(ScalingMode mode, Format format) {
+  if (format == Format::kFp8Blockwise) {
+    MXQ_CHECK(mode == ScalingMode::kFp32 || mode == ScalingMode::kRceil,
+              "scaling_mode must be ScalingMode::kFp32 or kRceil for format fp8_blockwise, got ",
+              mode_name(mode));
+    return;
+  }
+  if (mode == ScalingMode::kFp32) {
+    fail(Error::Kind::kInvalidArgument,
+         "scaling_mode must be ScalingMode::kRceil or kFloor for format mxfp8, got "
+         "ScalingMode::kFp32 (a rule of format fp8_blockwise)");
+  }
   MXQ_CHECK(mode == ScalingMode::kRceil || mode == ScalingMode::kFloor,
             "scaling_mode must be ScalingMode::kRceil or kFloor, got ", static_cast<int>(mode));
 }
 
-void check_dim(const char* name, int64_t v) {
+void check_dim(const char* name, int64_t v, int block) {
   MXQ_CHECK(v >= 0, name, " must be non-negative, got ", v);
   MXQ_CHECK(v <= kMaxDim, name, " must be at most 2^31-1, got ", v);
-  MXQ_CHECK(v % kDimAlign == 0, name, " must be a multiple of ", kDimAlign, ", got ", v);
+  MXQ_CHECK(v % block == 0, name, " must be a multiple of ", block, ", got ", v);
 }
 
 void check_dtype(DType t) {
@@ -23,12 +54,37 @@ void check_dtype(DType t) {
             "dtype must be DType::kBFloat16, kFloat16 or kFloat32, got ", static_cast<int>(t));
 }
 
-void check_scaling(WeightScaling s) {
+std::string scaling_name(WeightScaling s) {
+  switch (s) {
+    case WeightScaling::k1x32:
+      return "WeightScaling::k1x32";
+    case WeightScaling::k32x32:
+      return "WeightScaling::k32x32";
+    case WeightScaling::k128x128:
+      return "WeightScaling::k128x128";
+  }
+  return std::to_string(static_cast<int>(s));
+}
+
+// MXFP8 weights take 1x32 blocks or 32x32 tiles; FP8 blockwise weights only 128x128 tiles.
+void check_scaling(WeightScaling s, Format format) {
+  if (format == Format::kFp8Blockwise) {
+    MXQ_CHECK(s == WeightScaling::k128x128,
+              "scaling must be WeightScaling::k128x128 for format fp8_blockwise, got ",
+              scaling_name(s));
+    return;
+  }
+  if (s == WeightScaling::k128x128) {
+    fail(Error::Kind::kInvalidArgument,
+         "scaling must be WeightScaling::k1x32 or k32x32 for format mxfp8, got "
+         "WeightScaling::k128x128 (the tiles of format fp8_blockwise)");
+  }
   MXQ_CHECK(s == WeightScaling::k1x32 || s == WeightScaling::k32x32,
             "scaling must be WeightScaling::k1x32 or k32x32, got ", static_cast<int>(s));
 }
 
-// Every buffer is accessed with 16-byte vectors, except offs and status (4-byte words).
+// Every buffer is accessed with 16-byte vectors (the fp32 factors of FP8 blockwise too: a
+// 128-element run of them is 512 bytes), except offs and status (4-byte words).
 void check_ptr(const void* ptr, const char* name, int align = 16) {
   MXQ_CHECK(ptr != nullptr, name, " is null");
   MXQ_CHECK(reinterpret_cast<uintptr_t>(ptr) % align == 0, name, " must be ", align,
@@ -66,17 +122,49 @@ void check_groups(const int32_t* offs, int64_t num_groups, const int32_t* status
 
 }  // namespace
 
-void check_sizes(int64_t M, int64_t K, int64_t num_groups, const char* m_name, const char* k_name) {
-  check_dim(m_name, M);
-  check_dim(k_name, K);
+int64_t s_row_bytes(int64_t M, int64_t K, int64_t num_groups, Format format) {
+  if (format == Format::kFp8Blockwise) return factor_shape(M, K).bytes() * int64_t(sizeof(float));
+  return s_row_shape(M, K, num_groups).bytes();
+}
+
+int64_t s_col_bytes(int64_t M, int64_t K, int64_t num_groups, Format format) {
+  if (format == Format::kFp8Blockwise) return factor_shape(K, M).bytes() * int64_t(sizeof(float));
+  return s_col_shape(M, K, num_groups).bytes();
+}
+
+int64_t weight_s_row_bytes(int64_t G, int64_t N, int64_t K, Format format) {
+  if (format == Format::kFp8Blockwise) {
+    return weight_factor_shape(G, N, K).bytes() * int64_t(sizeof(float));
+  }
+  return weight_s_row_shape(G, N, K).bytes();
+}
+
+int64_t weight_s_col_bytes(int64_t G, int64_t N, int64_t K, Format format) {
+  if (format == Format::kFp8Blockwise) {
+    return weight_factor_shape(G, K, N).bytes() * int64_t(sizeof(float));
+  }
+  return weight_s_col_shape(G, N, K).bytes();
+}
+
+int64_t padded_rows_of(int64_t N, int64_t num_experts, Format format) {
+  return format == Format::kFp8Blockwise ? padded_rows<int64_t, Fp8Blockwise>(N, num_experts)
+                                         : padded_rows<int64_t, Mxfp8>(N, num_experts);
+}
+
+void check_sizes(int64_t M, int64_t K, int64_t num_groups, Format format, const char* m_name,
+                 const char* k_name) {
+  check_format(format);
+  check_dim(m_name, M, format_block(format));
+  check_dim(k_name, K, format_block(format));
   if (num_groups >= 0) check_group_count(num_groups);
 }
 
-void check_weight_sizes(int64_t G, int64_t N, int64_t K) {
+void check_weight_sizes(int64_t G, int64_t N, int64_t K, Format format) {
+  check_format(format);
   MXQ_CHECK(G >= 1, "G must be at least 1, got ", G);
   MXQ_CHECK(G <= kMaxDim, "G must be at most 2^31-1, got ", G);
-  check_dim("N", N);
-  check_dim("K", K);
+  check_dim("N", N, format_block(format));
+  check_dim("K", K, format_block(format));
   // Offsets are int64 element counts: G*N*K (N*K < 2^62 always) stays below 2^60, i.e. at most
   // 2^60 - 1 (G*NK <= 2^60 - 1 exactly when G <= floor((2^60 - 1) / NK)).
   MXQ_CHECK(N == 0 || K == 0 || G <= ((int64_t(1) << 60) - 1) / (N * K),
@@ -84,21 +172,21 @@ void check_weight_sizes(int64_t G, int64_t N, int64_t K) {
 }
 
 void validate_offs_args(const int32_t* offs, int64_t num_groups, int64_t M) {
-  check_dim("M", M);
+  check_dim("M", M, kDimAlign);
   check_group_count(num_groups);
   MXQ_CHECK(offs != nullptr, "offs is null");
 }
 
 bool nothing_to_write(const QuantizeParams& p) {
   if (p.M != 0 && p.K != 0) return false;
-  return !(p.colwise() && s_col_shape(p.M, p.K, p.num_groups).bytes() > 0) &&
-         !(p.rowwise() && s_row_shape(p.M, p.K, p.num_groups).bytes() > 0) && p.status == nullptr;
+  return !(p.colwise() && s_col_bytes(p.M, p.K, p.num_groups, p.format) > 0) &&
+         !(p.rowwise() && s_row_bytes(p.M, p.K, p.num_groups, p.format) > 0) && p.status == nullptr;
 }
 
 void validate(const QuantizeParams& p) {
-  check_sizes(p.M, p.K, -1);  // the group count with offs, below
+  detail::check_sizes(p.M, p.K, -1, p.format);  // the group count with offs, below
   check_dtype(p.dtype);
-  check_scaling_mode(p.scaling_mode);
+  check_scaling_mode(p.scaling_mode, p.format);
   check_groups(p.offs, p.num_groups, p.status);
   const bool empty = p.M == 0 || p.K == 0;
   MXQ_CHECK(p.rowwise() || p.colwise() || empty,
@@ -106,35 +194,41 @@ void validate(const QuantizeParams& p) {
             "four");
   if (!empty) check_ptr(p.x, "x");
   check_pair(p.q_row, p.s_row, q_row_shape(p.M, p.K).bytes(),
-             s_row_shape(p.M, p.K, p.num_groups).bytes(), "q_row", "s_row");
+             s_row_bytes(p.M, p.K, p.num_groups, p.format), "q_row", "s_row");
   check_pair(p.q_col, p.s_col, q_col_shape(p.M, p.K).bytes(),
-             s_col_shape(p.M, p.K, p.num_groups).bytes(), "q_col", "s_col");
+             s_col_bytes(p.M, p.K, p.num_groups, p.format), "q_col", "s_col");
 }
 
 bool nothing_to_write(const QuantizeWeightParams& p) { return p.N == 0 || p.K == 0; }
 
 void validate(const QuantizeWeightParams& p) {
-  check_weight_sizes(p.G, p.N, p.K);
+  detail::check_weight_sizes(p.G, p.N, p.K, p.format);
   check_dtype(p.dtype);
-  check_scaling_mode(p.scaling_mode);
-  check_scaling(p.scaling);
+  check_scaling_mode(p.scaling_mode, p.format);
+  check_scaling(p.scaling, p.format);
   const bool empty = nothing_to_write(p);
   MXQ_CHECK(p.rowwise() || p.colwise() || empty,
             "nothing to compute: set q_row and s_row (rowwise), q_col and s_col (colwise), or all "
             "four");
   if (!empty) check_ptr(p.w, "w");
   const int64_t q_bytes = p.G * p.N * p.K;
-  check_pair(p.q_row, p.s_row, q_bytes, weight_s_row_shape(p.G, p.N, p.K).bytes(), "q_row",
+  check_pair(p.q_row, p.s_row, q_bytes, weight_s_row_bytes(p.G, p.N, p.K, p.format), "q_row",
              "s_row");
-  check_pair(p.q_col, p.s_col, q_bytes, weight_s_col_shape(p.G, p.N, p.K).bytes(), "q_col",
+  check_pair(p.q_col, p.s_col, q_bytes, weight_s_col_bytes(p.G, p.N, p.K, p.format), "q_col",
              "s_col");
 }
 
 void validate(const DequantizeParams& p) {
-  check_sizes(p.rows, p.cols, -1, "rows", "cols");
+  detail::check_sizes(p.rows, p.cols, -1, p.format, "rows", "cols");
   MXQ_CHECK(p.layout == ScaleLayout::kBlocked || p.layout == ScaleLayout::kMGroups ||
                 p.layout == ScaleLayout::kKGroups,
             "layout must be ScaleLayout::kBlocked, kMGroups or kKGroups, got ",
+            static_cast<int>(p.layout));
+  // FP8 blockwise factors have one layout, grouped or not: a group's factors are a slice of the
+  // dense ones, so its data dequantizes as a dense matrix.
+  MXQ_CHECK(p.format != Format::kFp8Blockwise || p.layout == ScaleLayout::kBlocked,
+            "format fp8_blockwise dequantizes with layout ScaleLayout::kBlocked (a grouped "
+            "tensor's factors are a slice of the dense ones), got layout ",
             static_cast<int>(p.layout));
   MXQ_CHECK((p.layout == ScaleLayout::kBlocked) == (p.offs == nullptr),
             p.layout == ScaleLayout::kBlocked ? "the blocked layout takes no offs"
@@ -146,22 +240,24 @@ void validate(const DequantizeParams& p) {
   check_ptr(p.out, "out");
 }
 
-void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts) {
+void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts, Format format) {
+  check_format(format);
   MXQ_CHECK(T >= 0 && T <= kMaxDim, "T (rows of x) must be in [0, 2^31-1], got ", T);
-  check_dim("K", K);
+  check_dim("K", K, format_block(format));
   MXQ_CHECK(N >= 0 && N <= kMaxDim,
             "N (routed rows, the length of index) must be in [0, 2^31-1], got ", N);
   MXQ_CHECK(num_experts >= 1 && num_experts <= kMaxGroups, "counts must hold 1 to ", kMaxGroups,
             " experts, got E=", num_experts);
-  MXQ_CHECK(padded_rows(N, num_experts) <= kMaxDim,
-            "the padded rows roundup(N + 31*E, 32) must be at most 2^31-1, got ",
-            padded_rows(N, num_experts), " (N=", N, ", E=", num_experts, ")");
+  const int block = format_block(format);
+  MXQ_CHECK(padded_rows_of(N, num_experts, format) <= kMaxDim, "the padded rows roundup(N + ",
+            block - 1, "*E, ", block, ") must be at most 2^31-1, got ",
+            padded_rows_of(N, num_experts, format), " (N=", N, ", E=", num_experts, ")");
 }
 
 void validate(const QuantizeRoutedParams& p) {
-  check_routed_sizes(p.T, p.K, p.N, p.num_experts);
+  detail::check_routed_sizes(p.T, p.K, p.N, p.num_experts, p.format);
   check_dtype(p.dtype);
-  check_scaling_mode(p.scaling_mode);
+  check_scaling_mode(p.scaling_mode, p.format);
   const auto check_index_type = [](IndexType t, const char* name) {
     MXQ_CHECK(t == IndexType::kInt32 || t == IndexType::kInt64, name,
               " must be IndexType::kInt32 or kInt64, got ", static_cast<int>(t));
@@ -181,33 +277,33 @@ void validate(const QuantizeRoutedParams& p) {
   check_ptr(p.counts, "counts", width(p.counts_type));
   check_ptr(p.offs_p, "offs_p", 4);
   if (p.status != nullptr) check_ptr(p.status, "status", 4);
-  const int64_t Mp = padded_rows(p.N, p.num_experts);
+  const int64_t Mp = padded_rows_of(p.N, p.num_experts, p.format);
   check_pair(p.q_row, p.s_row, q_row_shape(Mp, p.K).bytes(),
-             s_row_shape(Mp, p.K, p.num_experts).bytes(), "q_row", "s_row");
+             s_row_bytes(Mp, p.K, p.num_experts, p.format), "q_row", "s_row");
   check_pair(p.q_col, p.s_col, q_col_shape(Mp, p.K).bytes(),
-             s_col_shape(Mp, p.K, p.num_experts).bytes(), "q_col", "s_col");
+             s_col_bytes(Mp, p.K, p.num_experts, p.format), "q_col", "s_col");
 }
 
 }  // namespace mxq::detail
 
 namespace mxq {
 
-void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts) {
+void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts, Format format) {
   detail::with_op("mxq::check_routed_sizes",
-                  [&] { detail::check_routed_sizes(T, K, N, num_experts); });
+                  [&] { detail::check_routed_sizes(T, K, N, num_experts, format); });
 }
 
-void check_sizes(int64_t M, int64_t K, int64_t num_groups) {
-  detail::with_op("mxq::check_sizes", [&] { detail::check_sizes(M, K, num_groups); });
+void check_sizes(int64_t M, int64_t K, int64_t num_groups, Format format) {
+  detail::with_op("mxq::check_sizes", [&] { detail::check_sizes(M, K, num_groups, format); });
 }
 
-void check_dequantize_sizes(int64_t rows, int64_t cols, int64_t num_groups) {
+void check_dequantize_sizes(int64_t rows, int64_t cols, int64_t num_groups, Format format) {
   detail::with_op("mxq::check_dequantize_sizes",
-                  [&] { detail::check_sizes(rows, cols, num_groups, "rows", "cols"); });
+                  [&] { detail::check_sizes(rows, cols, num_groups, format, "rows", "cols"); });
 }
 
-void check_weight_sizes(int64_t G, int64_t N, int64_t K) {
-  detail::with_op("mxq::check_weight_sizes", [&] { detail::check_weight_sizes(G, N, K); });
+void check_weight_sizes(int64_t G, int64_t N, int64_t K, Format format) {
+  detail::with_op("mxq::check_weight_sizes", [&] { detail::check_weight_sizes(G, N, K, format); });
 }
 
 }  // namespace mxq

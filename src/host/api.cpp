@@ -16,12 +16,42 @@ ScalingMode parse_scaling_mode(const std::string& name) {
   return detail::with_op("mxq::parse_scaling_mode", [&] {
     if (name == "rceil") return ScalingMode::kRceil;
     if (name == "floor") return ScalingMode::kFloor;
+    if (name == "fp32") return ScalingMode::kFp32;
     detail::fail(Error::Kind::kInvalidArgument,
-                 "scaling_mode must be \"rceil\" or \"floor\", got \"", name, "\"");
+                 "scaling_mode must be \"rceil\", \"floor\" or \"fp32\", got \"", name, "\"");
   });
 }
 
-const char* to_string(ScalingMode mode) { return mode == ScalingMode::kFloor ? "floor" : "rceil"; }
+const char* to_string(ScalingMode mode) {
+  switch (mode) {
+    case ScalingMode::kRceil:
+      return "rceil";
+    case ScalingMode::kFloor:
+      return "floor";
+    case ScalingMode::kFp32:
+      return "fp32";
+  }
+  return "?";
+}
+
+Format parse_format(const std::string& name) {
+  return detail::with_op("mxq::parse_format", [&] {
+    if (name == "mxfp8") return Format::kMxfp8;
+    if (name == "fp8_blockwise") return Format::kFp8Blockwise;
+    detail::fail(Error::Kind::kInvalidArgument,
+                 "format must be \"mxfp8\" or \"fp8_blockwise\", got \"", name, "\"");
+  });
+}
+
+const char* to_string(Format format) {
+  switch (format) {
+    case Format::kMxfp8:
+      return "mxfp8";
+    case Format::kFp8Blockwise:
+      return "fp8_blockwise";
+  }
+  return "?";
+}
 
 const char* to_string(DType dtype) {
   switch (dtype) {
@@ -39,13 +69,22 @@ WeightScaling parse_weight_scaling(const std::string& name) {
   return detail::with_op("mxq::parse_weight_scaling", [&] {
     if (name == "1x32") return WeightScaling::k1x32;
     if (name == "32x32") return WeightScaling::k32x32;
+    if (name == "128x128") return WeightScaling::k128x128;
     detail::fail(Error::Kind::kInvalidArgument,
-                 "weight_scaling must be \"1x32\" or \"32x32\", got \"", name, "\"");
+                 "weight_scaling must be \"1x32\", \"32x32\" or \"128x128\", got \"", name, "\"");
   });
 }
 
 const char* to_string(WeightScaling scaling) {
-  return scaling == WeightScaling::k1x32 ? "1x32" : "32x32";
+  switch (scaling) {
+    case WeightScaling::k1x32:
+      return "1x32";
+    case WeightScaling::k32x32:
+      return "32x32";
+    case WeightScaling::k128x128:
+      return "128x128";
+  }
+  return "?";
 }
 
 const char* version() { return MXQ_VERSION; }
@@ -91,6 +130,12 @@ void quantize(const QuantizeParams& p) {
 void quantize_composed(const QuantizeParams& p, void* workspace) {
   detail::with_op("mxq::quantize_composed", [&] {
     detail::validate(p);
+    // The composed path is MXFP8's baseline (its third kernel places E8M0 bytes in the blocked
+    // layout); FP8 blockwise has the fused kernel only.
+    MXQ_CHECK(p.format == Format::kMxfp8,
+              "the composed path (MXFP8's three-kernel baseline) takes format Format::kMxfp8 "
+              "only, got ",
+              to_string(p.format), " (quantize it with mxq::quantize)");
     if (detail::nothing_to_write(p)) return;
     MXQ_CHECK(p.rowwise() && p.colwise(),
               "the composed path quantizes both axes: set q_row, s_row, q_col and s_col");
@@ -102,10 +147,11 @@ void quantize_composed(const QuantizeParams& p, void* workspace) {
   });
 }
 
-int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts) {
+int64_t quantize_routed_workspace_bytes(int64_t N, int64_t num_experts, Format format) {
   return detail::with_op("mxq::quantize_routed_workspace_bytes", [&] {
-    detail::check_routed_sizes(0, 0, N, num_experts);
-    return padded_rows(N, num_experts) * 8;  // kernels::RouteEntry: source row, scale factor
+    detail::check_routed_sizes(0, 0, N, num_experts, format);
+    // kernels::RouteEntry: source row, scale factor
+    return detail::padded_rows_of(N, num_experts, format) * 8;
   });
 }
 
@@ -113,8 +159,8 @@ void quantize_routed(const QuantizeRoutedParams& p) {
   detail::with_op("mxq::quantize_routed", [&] {
     detail::validate(p);
     MXQ_CHECK(p.workspace != nullptr,
-              "workspace is null (it needs quantize_routed_workspace_bytes(N, E) = ",
-              padded_rows(p.N, p.num_experts) * 8, " bytes)");
+              "workspace is null (it needs quantize_routed_workspace_bytes(N, E, format) = ",
+              detail::padded_rows_of(p.N, p.num_experts, p.format) * 8, " bytes)");
     MXQ_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0,
               "workspace must be 16-byte aligned, got address ", p.workspace);
     detail::require_supported_device();

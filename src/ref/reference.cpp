@@ -173,7 +173,9 @@ void write_status(int32_t* status) {
 void quantize(const QuantizeParams& p) {
   detail::with_op("mxq::ref::quantize", [&] {
     detail::validate(p);
-    if (p.offs != nullptr) detail::check_host_offs(p.offs, p.num_groups, p.M, "M");
+    if (p.offs != nullptr) {
+      detail::check_host_offs(p.offs, p.num_groups, p.M, "M", detail::format_block(p.format));
+    }
   });
   if (p.rowwise()) rowwise(p, RowScalePlacement<Mxfp8>(p.M, p.K, p.offs, p.num_groups));
   if (p.colwise()) colwise(p, ColScalePlacement<Mxfp8>(p.M, p.K, p.offs, p.num_groups));

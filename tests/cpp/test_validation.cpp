@@ -83,13 +83,15 @@ TEST(DTypeNames, AreTheCommandLineNames) {
   EXPECT_STREQ(to_string(DType::kFloat32), "fp32");
 }
 
-TEST(ParseScalingMode, AcceptsExactlyTheTwoNames) {
+TEST(ParseScalingMode, AcceptsExactlyTheThreeNames) {
   EXPECT_EQ(parse_scaling_mode("rceil"), ScalingMode::kRceil);
   EXPECT_EQ(parse_scaling_mode("floor"), ScalingMode::kFloor);
+  EXPECT_EQ(parse_scaling_mode("fp32"), ScalingMode::kFp32);
   EXPECT_STREQ(to_string(ScalingMode::kRceil), "rceil");
   EXPECT_STREQ(to_string(ScalingMode::kFloor), "floor");
-  for (const std::string bad :
-       {"RCEIL", "Floor", "rceil ", " floor", "", "ceil", "even", "rne", "floor\n"}) {
+  EXPECT_STREQ(to_string(ScalingMode::kFp32), "fp32");
+  for (const std::string bad : {"RCEIL", "Floor", "rceil ", " floor", "", "ceil", "even", "rne",
+                                "floor\n", "FP32", "f32", "pow2", "fp32 "}) {
     try {
       parse_scaling_mode(bad);
       ADD_FAILURE() << "accepted \"" << bad << "\"";
@@ -97,7 +99,7 @@ TEST(ParseScalingMode, AcceptsExactlyTheTwoNames) {
       EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
       // The parser names itself (§9); the torch layer puts its own op before message().
       const std::string message =
-          "scaling_mode must be \"rceil\" or \"floor\", got \"" + bad + "\"";
+          "scaling_mode must be \"rceil\", \"floor\" or \"fp32\", got \"" + bad + "\"";
       EXPECT_EQ(e.message(), message);
       EXPECT_EQ(std::string(e.what()), "mxq::parse_scaling_mode: " + message);
     }

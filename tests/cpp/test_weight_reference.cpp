@@ -572,12 +572,15 @@ std::string exact(const std::string& text) {
   return ::testing::AssertionFailure() << "did not throw";
 }
 
-TEST(WeightScalingNames, AcceptsExactlyTheTwoNames) {
+TEST(WeightScalingNames, AcceptsExactlyTheThreeNames) {
   EXPECT_EQ(parse_weight_scaling("1x32"), WeightScaling::k1x32);
   EXPECT_EQ(parse_weight_scaling("32x32"), WeightScaling::k32x32);
+  EXPECT_EQ(parse_weight_scaling("128x128"), WeightScaling::k128x128);
   EXPECT_STREQ(to_string(WeightScaling::k1x32), "1x32");
   EXPECT_STREQ(to_string(WeightScaling::k32x32), "32x32");
-  for (const std::string bad : {"32X32", "1X32", "32x1", "32", "", " 32x32", "32x32 ", "mx"}) {
+  EXPECT_STREQ(to_string(WeightScaling::k128x128), "128x128");
+  for (const std::string bad :
+       {"32X32", "1X32", "32x1", "32", "", " 32x32", "32x32 ", "mx", "128", "1x128", "128X128"}) {
     try {
       parse_weight_scaling(bad);
       ADD_FAILURE() << "accepted \"" << bad << "\"";
@@ -585,7 +588,7 @@ TEST(WeightScalingNames, AcceptsExactlyTheTwoNames) {
       EXPECT_EQ(e.kind(), Error::Kind::kInvalidArgument);
       // The parser names itself (§9); the torch layer puts its own op before message().
       const std::string message =
-          "weight_scaling must be \"1x32\" or \"32x32\", got \"" + bad + "\"";
+          "weight_scaling must be \"1x32\", \"32x32\" or \"128x128\", got \"" + bad + "\"";
       EXPECT_EQ(e.message(), message);
       EXPECT_EQ(std::string(e.what()), "mxq::parse_weight_scaling: " + message);
     }
@@ -607,8 +610,8 @@ const std::vector<WeightBadCase>& weight_bad_cases() {
        exact("dtype must be DType::kBFloat16, kFloat16 or kFloat32, got 7")},
       {"dtype_negative", [](auto& p) { p.dtype = static_cast<DType>(-1); },
        exact("dtype must be DType::kBFloat16, kFloat16 or kFloat32, got -1")},
-      {"scaling_2", [](auto& p) { p.scaling = static_cast<WeightScaling>(2); },
-       exact("scaling must be WeightScaling::k1x32 or k32x32, got 2")},
+      {"scaling_7", [](auto& p) { p.scaling = static_cast<WeightScaling>(7); },
+       exact("scaling must be WeightScaling::k1x32 or k32x32, got 7")},
       {"scaling_mode_9", [](auto& p) { p.scaling_mode = static_cast<ScalingMode>(9); },
        exact("scaling_mode must be ScalingMode::kRceil or kFloor, got 9")},
       {"G_0", [](auto& p) { p.G = 0; }, exact("G must be at least 1, got 0")},
