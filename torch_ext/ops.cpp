@@ -806,8 +806,8 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
     }
     // Stream-ordered scratch from the caching allocator (graph-capturable), as for the composed
     // path's workspace.
-    const Tensor ws =
-        empty_output(x, {SymInt(quantize_routed_workspace_bytes(p.N, p.num_experts))}, at::kByte);
+    const Tensor ws = empty_output(
+        x, {SymInt(quantize_routed_workspace_bytes(p.N, p.num_experts, p.format))}, at::kByte);
     p.workspace = ws.data_ptr();
     mxq::quantize_routed(p);
   });

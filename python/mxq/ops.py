@@ -156,8 +156,9 @@ def quantize(
             ("rowwise", rowwise, bool),
             ("colwise", colwise, bool),
             ("backend", backend, str),
-            ("offs", offs, Tensor),
         )
+        if offs is not None:
+            check_type("mxq.quantize", "offs", offs, Tensor)
         check_format("mxq.quantize", format)
         _scaling_mode("mxq.quantize", scaling_mode, format)
     if scaling_mode is None:
