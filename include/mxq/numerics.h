@@ -323,4 +323,25 @@ MXQ_HD float blockwise_multiplier(float amax, ScalingMode mode) {
 // d = fl32(1 / m): what the GEMM multiplies by (x ~ q * d).
 MXQ_HD float blockwise_factor(float m) { return div_rn(1.0f, m); }
 
+// One FP8 blockwise block of n values already widened to fp32 (n = 128 for a 1x128 or 128x1
+// block, 128 * 128 for a weight tile): the data bytes into q[i * q_stride], d returned. A NaN or
+// Inf anywhere gives d = NaN (kBlockwiseFactorNan) and every byte 0x7F.
+MXQ_HD float quantize_blockwise_block_f32(const float* v, int n, ScalingMode mode, uint8_t* q,
+                                          int64_t q_stride = 1) {
+  const float amax = amax_f32(v, n);  // +0 or more, +Inf, or a NaN with the sign bit clear
+  if (f32_bits(amax) >= 0x7F800000u) {
+    for (int i = 0; i < n; ++i) q[i * q_stride] = kE4m3Nan;
+    return f32_from_bits(kBlockwiseFactorNan);
+  }
+  const float m = blockwise_multiplier(amax, mode);
+  for (int i = 0; i < n; ++i) q[i * q_stride] = e4m3_from_f32(mul_rn(v[i], m));
+  return blockwise_factor(m);
+}
+
+// Dequantization of one FP8 blockwise element: bf16(e4m3(q) * d), the fp32 product rounded once
+// (a NaN factor or code gives the canonical bf16 NaN).
+MXQ_HD uint16_t dequantize_blockwise_element(uint8_t q, float d) {
+  return bf16_from_f32(mul_rn(e4m3_to_f32(q), d));
+}
+
 }  // namespace mxq

@@ -6,7 +6,9 @@
 // Every byte of every output is written on every call: scale buffers are zero-filled first (their
 // padding and slack are defined as 0), then every defined scale is placed. The walks over blocks and
 // the scale placements take the block format (include/mxq/format.h) as a template parameter; the
-// ops instantiate them for MXFP8, the format of QuantizeParams and DequantizeParams.
+// ops instantiate them for the params struct's format: MXFP8 (E8M0 bytes in the blocked, M-groups
+// and K-groups layouts) or FP8 blockwise (fp32 factors outer-fastest, §13, one layout grouped or
+// not).
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -30,7 +32,8 @@ void zero_fill(uint8_t* p, int64_t bytes) {
   if (bytes > 0) std::memset(p, 0, static_cast<size_t>(bytes));
 }
 
-// A format's block math on one block of fp32 values: the e4m3 bytes into q, the scale returned.
+// A format's block math on one block of fp32 values: the e4m3 bytes into q, the scale returned;
+// and the dequantization of one element with its block's scale.
 template <class Format>
 struct BlockMath;
 template <>
@@ -38,7 +41,30 @@ struct BlockMath<Mxfp8> {
   static Mxfp8::Scale quantize(const float* v, ScalingMode mode, uint8_t* q) {
     return quantize_block_f32(v, mode, q);  // numerics.h: E8M0 scale, 32 e4m3 bytes
   }
+  static uint16_t dequantize(uint8_t q, Mxfp8::Scale s) { return dequantize_element(q, s); }
 };
+template <>
+struct BlockMath<Fp8Blockwise> {
+  static Fp8Blockwise::Scale quantize(const float* v, ScalingMode mode, uint8_t* q) {
+    // numerics.h: fp32 factor d, 128 e4m3 bytes
+    return quantize_blockwise_block_f32(v, Fp8Blockwise::kBlock, mode, q);
+  }
+  static uint16_t dequantize(uint8_t q, Fp8Blockwise::Scale d) {
+    return dequantize_blockwise_element(q, d);
+  }
+};
+
+// Scale number `at` of a scale buffer (E8M0 bytes or fp32 factors) held as raw bytes.
+template <class Scale>
+void store_scale(uint8_t* scales, int64_t at, Scale s) {
+  std::memcpy(scales + at * int64_t(sizeof(Scale)), &s, sizeof(Scale));
+}
+template <class Scale>
+Scale load_scale(const uint8_t* scales, int64_t at) {
+  Scale s;
+  std::memcpy(&s, scales + at * int64_t(sizeof(Scale)), sizeof(Scale));
+  return s;
+}
 
 // Where the colwise scale S_col[k, i] lives in s_col (§5-§6): the dense blocked layout of
 // (K, M/32), or, with offs, the region of the K-group owning token block i. Tokens past offs[G-1]
@@ -121,7 +147,35 @@ class RowScalePlacement {
   std::vector<int64_t> segment_of_block_;  // owning segment of each block of rows
 };
 
-// Rowwise 1x32 (§2, §5): q_row (M, K) and S_row placed by `place`, padding and slack 0.
+// FP8 blockwise (§13): one layout with or without groups (a group's factors are a slice of the
+// dense ones, the tail's too), the factors of an (outer, inner) matrix at factor_offset: rowwise
+// d_row = factor_shape(M, K), colwise d_col = factor_shape(K, M). Offsets count factors.
+class FactorPlacement {
+ public:
+  FactorPlacement(int64_t outer, int64_t inner)
+      : outer_(outer), bytes_(factor_shape(outer, inner).bytes() * int64_t(sizeof(float))) {}
+  int64_t bytes() const { return bytes_; }
+  int64_t offset(int64_t o, int64_t j) const { return factor_offset(o, j, outer_); }
+
+ private:
+  int64_t outer_;
+  int64_t bytes_;
+};
+template <>
+class RowScalePlacement<Fp8Blockwise> : public FactorPlacement {
+ public:
+  RowScalePlacement(int64_t M, int64_t K, const int32_t* /*offs*/, int64_t /*num_groups*/)
+      : FactorPlacement(M, K) {}
+};
+template <>
+class ColScalePlacement<Fp8Blockwise> : public FactorPlacement {
+ public:
+  ColScalePlacement(int64_t M, int64_t K, const int32_t* /*offs*/, int64_t /*num_groups*/)
+      : FactorPlacement(K, M) {}
+};
+
+// Rowwise 1x32 or 1x128 (§2, §5, §13): q_row (M, K) and the scales placed by `place`, padding and
+// slack 0.
 template <class Format>
 void rowwise(const QuantizeParams& p, const RowScalePlacement<Format>& place) {
   constexpr int kBlock = Format::kBlock;
@@ -133,13 +187,15 @@ void rowwise(const QuantizeParams& p, const RowScalePlacement<Format>& place) {
       for (int64_t j = 0; j < scale_cols; ++j) {
         const int64_t at = m * p.K + j * kBlock;
         for (int i = 0; i < kBlock; ++i) v[i] = element(p.x, p.dtype, at + i);
-        p.s_row[place.offset(m, j)] = BlockMath<Format>::quantize(v, p.scaling_mode, p.q_row + at);
+        store_scale(p.s_row, place.offset(m, j),
+                    BlockMath<Format>::quantize(v, p.scaling_mode, p.q_row + at));
       }
     }
   });
 }
 
-// Colwise 32x1 (§2, §5): q_col (K, M), row k = column k of x quantized in blocks of 32 rows; S_col
+// Colwise 32x1 or 128x1 (§2, §5, §13): q_col (K, M), row k = column k of x quantized in blocks of
+// kBlock rows; the scales
 // placed by `place` (the tail's scales are not placed), padding and slack 0. Threads own disjoint
 // ranges of blocks i.
 template <class Format>
@@ -154,7 +210,38 @@ void colwise(const QuantizeParams& p, const ColScalePlacement<Format>& place) {
         const auto s =
             BlockMath<Format>::quantize(v, p.scaling_mode, p.q_col + k * p.M + i * kBlock);
         const int64_t at = place.offset(k, i);
-        if (at >= 0) p.s_col[at] = s;
+        if (at >= 0) store_scale(p.s_col, at, s);
+      }
+    }
+  });
+}
+
+template <class Format>
+void quantize_as(const QuantizeParams& p) {
+  if (p.rowwise()) rowwise(p, RowScalePlacement<Format>(p.M, p.K, p.offs, p.num_groups));
+  if (p.colwise()) colwise(p, ColScalePlacement<Format>(p.M, p.K, p.offs, p.num_groups));
+}
+
+// §8, §13: out[r, c] = bf16(e4m3(q[r, c]) * scale of its block), the scale S[r, c/kBlock] of the
+// (rows, cols/kBlock) scale matrix placed by the format's layouts: MXFP8 blocked, M-groups (rows
+// are tokens) or K-groups (cols are tokens; K-groups tail tokens have no scale: they give +0);
+// FP8 blockwise factor_shape(rows, cols). `offs` must already be checked.
+template <class Format>
+void dequantize_as(const DequantizeParams& p) {
+  constexpr int kBlock = Format::kBlock;
+  const bool m_groups = p.layout == ScaleLayout::kMGroups;
+  const bool k_groups = p.layout == ScaleLayout::kKGroups;
+  const RowScalePlacement<Format> rows(p.rows, p.cols, m_groups ? p.offs : nullptr, p.num_groups);
+  const ColScalePlacement<Format> cols(p.cols, p.rows, k_groups ? p.offs : nullptr, p.num_groups);
+  auto* out = static_cast<uint16_t*>(p.out);
+  parallel_for(p.rows, [&](int64_t r_begin, int64_t r_end) {
+    for (int64_t r = r_begin; r < r_end; ++r) {
+      for (int64_t c = 0; c < p.cols; ++c) {
+        const int64_t at = k_groups ? cols.offset(r, c / kBlock) : rows.offset(r, c / kBlock);
+        out[r * p.cols + c] =
+            at < 0 ? 0
+                   : BlockMath<Format>::dequantize(
+                         p.q[r * p.cols + c], load_scale<typename Format::Scale>(p.scales, at));
       }
     }
   });
@@ -177,13 +264,15 @@ void quantize(const QuantizeParams& p) {
       detail::check_host_offs(p.offs, p.num_groups, p.M, "M", detail::format_block(p.format));
     }
   });
-  if (p.rowwise()) rowwise(p, RowScalePlacement<Mxfp8>(p.M, p.K, p.offs, p.num_groups));
-  if (p.colwise()) colwise(p, ColScalePlacement<Mxfp8>(p.M, p.K, p.offs, p.num_groups));
+  if (p.format == Format::kFp8Blockwise) {
+    quantize_as<Fp8Blockwise>(p);
+  } else {
+    quantize_as<Mxfp8>(p);
+  }
   write_status(p.status);
 }
 
-// §8: out[r, c] = bf16(e4m3(q[r, c]) * 2^(S[r, c/32] - 127)), S (rows, cols/32) blocked, M-groups
-// (rows are tokens) or K-groups (cols are tokens). K-groups tail tokens have no scale: they give +0.
+// §8, §13 (dequantize_as above).
 void dequantize(const DequantizeParams& p) {
   const bool m_groups = p.layout == ScaleLayout::kMGroups;
   detail::with_op("mxq::ref::dequantize", [&] {
@@ -193,18 +282,11 @@ void dequantize(const DequantizeParams& p) {
                               m_groups ? "rows" : "cols");
     }
   });
-  const bool k_groups = p.layout == ScaleLayout::kKGroups;
-  const RowScalePlacement<Mxfp8> rows(p.rows, p.cols, m_groups ? p.offs : nullptr, p.num_groups);
-  const ColScalePlacement<Mxfp8> cols(p.cols, p.rows, k_groups ? p.offs : nullptr, p.num_groups);
-  auto* out = static_cast<uint16_t*>(p.out);
-  parallel_for(p.rows, [&](int64_t r_begin, int64_t r_end) {
-    for (int64_t r = r_begin; r < r_end; ++r) {
-      for (int64_t c = 0; c < p.cols; ++c) {
-        const int64_t at = k_groups ? cols.offset(r, c / kBlock) : rows.offset(r, c / kBlock);
-        out[r * p.cols + c] = at < 0 ? 0 : dequantize_element(p.q[r * p.cols + c], p.scales[at]);
-      }
-    }
-  });
+  if (p.format == Format::kFp8Blockwise) {
+    dequantize_as<Fp8Blockwise>(p);
+  } else {
+    dequantize_as<Mxfp8>(p);
+  }
   write_status(p.status);
 }
 

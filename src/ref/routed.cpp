@@ -1,5 +1,6 @@
 // The CPU reference of the routed input stage (docs/numerics.md §12.1), written from the contract:
-// check index and counts, lay out the padded row space (§12), gather and scale each routed row into
+// check index and counts, lay out the padded row space (§12; groups padded to the format's block,
+// 32 or 128), gather and scale each routed row into
 // a host buffer of x's dtype, then quantize that buffer with offs_p through ref::quantize. The GPU
 // path (route.cu, the routed tile kernels) must equal it byte for byte.
 #include <cstring>
@@ -53,8 +54,8 @@ void quantize_routed(const QuantizeRoutedParams& p) {
     detail::validate(p);
     for (int64_t e = 0; e < E; ++e) {  // every entry first, so a negative one is named as such
       counts[static_cast<size_t>(e)] = read_int(p.counts, p.counts_type, e);
-      MXQ_CHECK(counts[static_cast<size_t>(e)] >= 0, "counts[", e, "]=", counts[static_cast<size_t>(e)],
-                " is negative");
+      MXQ_CHECK(counts[static_cast<size_t>(e)] >= 0, "counts[", e,
+                "]=", counts[static_cast<size_t>(e)], " is negative");
     }
     int64_t sum = 0;
     for (int64_t e = 0; e < E; ++e) {
@@ -70,14 +71,15 @@ void quantize_routed(const QuantizeRoutedParams& p) {
   });
 
   // ---- the padded row space (§12): offs_p, dest ----
-  const int64_t Mp = padded_rows(p.N, E);
+  const int64_t Mp = detail::padded_rows_of(p.N, E, p.format);
+  const int block = detail::format_block(p.format);
   std::vector<int32_t> offs_p(static_cast<size_t>(E));
   std::vector<int64_t> dest(static_cast<size_t>(p.N));
   int64_t r = 0, start = 0;
   for (int64_t e = 0; e < E; ++e) {
     const int64_t n = counts[static_cast<size_t>(e)];
     for (int64_t i = 0; i < n; ++i, ++r) dest[static_cast<size_t>(r)] = start + i;
-    start += round_up(n, kGroupAlign);
+    start += round_up(n, block);
     offs_p[static_cast<size_t>(e)] = static_cast<int32_t>(start);
   }
 
@@ -102,6 +104,7 @@ void quantize_routed(const QuantizeRoutedParams& p) {
   qp.dtype = p.dtype;
   qp.M = Mp;
   qp.K = p.K;
+  qp.format = p.format;
   qp.scaling_mode = p.scaling_mode;
   qp.offs = offs_p.data();
   qp.num_groups = E;

@@ -2,9 +2,10 @@
 // expert-weight kernel.
 //
 // Written for reading: each expert's (N, K) matrix is walked block by block (1x32 policy) or tile
-// by tile (32x32 policy) with the scalar rules of numerics.h and the placements of layout.h. Every
+// by tile (32x32 policy; FP8 blockwise's 128x128 tiles, §13) with the scalar rules of numerics.h
+// and the placements of layout.h. Every
 // value is widened to fp32 first (§2 step 1, element.h), so one code path serves bf16, fp16 and
-// fp32. Threads take disjoint ranges of 32-row bands, so every byte has one writer. Scale buffers
+// fp32. Threads take disjoint ranges of 32-row (128-row) bands, so every byte has one writer. Scale buffers
 // are zero-filled first (their padding is defined as 0), then every scale is placed.
 #include <cstring>
 #include <vector>
@@ -98,22 +99,58 @@ void quantize_band_32x32(const Weight& w, int64_t g, int64_t b, int64_t K, Scali
   }
 }
 
+// 128x128 (FP8 blockwise, §13): tile (b, c) of expert g is W[g, 128b:128b+128, 128c:128c+128];
+// one factor d for its 16384 values (the block rule over the whole tile), one byte per value,
+// placed on both axes: q_row[g, n, k] = q_col[g, k, n], d at weight_factor_offset(g, b, c, N, K)
+// in s_row (the forward's layout) and at weight_factor_offset(g, c, b, K, N) in s_col (the
+// dgrad's).
+void quantize_band_128x128(const QuantizeWeightParams& p, const Weight& w, int64_t g, int64_t b) {
+  constexpr int kTile = Fp8Blockwise::kBlock;
+  std::vector<float> tile(kTile * kTile);
+  std::vector<uint8_t> q(kTile * kTile);
+  for (int64_t c = 0; c < p.K / kTile; ++c) {
+    for (int i = 0; i < kTile; ++i) {
+      for (int e = 0; e < kTile; ++e) tile[i * kTile + e] = w.at(g, b * kTile + i, c * kTile + e);
+    }
+    const float d =
+        quantize_blockwise_block_f32(tile.data(), kTile * kTile, p.scaling_mode, q.data());
+    for (int i = 0; i < kTile; ++i) {
+      for (int e = 0; e < kTile; ++e) {
+        const int64_t n = b * kTile + i;
+        const int64_t k = c * kTile + e;
+        if (w.rowwise()) *w.q_row(g, n, k) = q[i * kTile + e];
+        if (w.colwise()) *w.q_col(g, n, k) = q[i * kTile + e];
+      }
+    }
+    if (w.rowwise()) {
+      std::memcpy(p.s_row + weight_factor_offset(g, b, c, p.N, p.K) * 4, &d, sizeof d);
+    }
+    if (w.colwise()) {
+      std::memcpy(p.s_col + weight_factor_offset(g, c, b, p.K, p.N) * 4, &d, sizeof d);
+    }
+  }
+}
+
 }  // namespace
 
 void quantize_weight(const QuantizeWeightParams& p) {
   detail::with_op("mxq::ref::quantize_weight", [&] { detail::validate(p); });
   if (detail::nothing_to_write(p)) return;
   if (p.rowwise()) {
-    std::memset(p.s_row, 0, static_cast<size_t>(weight_s_row_shape(p.G, p.N, p.K).bytes()));
+    std::memset(p.s_row, 0,
+                static_cast<size_t>(detail::weight_s_row_bytes(p.G, p.N, p.K, p.format)));
   }
   if (p.colwise()) {
-    std::memset(p.s_col, 0, static_cast<size_t>(weight_s_col_shape(p.G, p.N, p.K).bytes()));
+    std::memset(p.s_col, 0,
+                static_cast<size_t>(detail::weight_s_col_bytes(p.G, p.N, p.K, p.format)));
   }
   const Weight w(p);
-  const int64_t bands = p.N / kBlock;
+  const int64_t bands = p.N / detail::format_block(p.format);
   parallel_for(p.G * bands, [&](int64_t begin, int64_t end) {
     for (int64_t u = begin; u < end; ++u) {
-      if (p.scaling == WeightScaling::k32x32) {
+      if (p.scaling == WeightScaling::k128x128) {
+        quantize_band_128x128(p, w, u / bands, u % bands);
+      } else if (p.scaling == WeightScaling::k32x32) {
         quantize_band_32x32(w, u / bands, u % bands, p.K, p.scaling_mode);
       } else {
         quantize_band_1x32(w, u / bands, u % bands, p.K, p.scaling_mode);
