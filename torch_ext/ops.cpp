@@ -503,7 +503,8 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
                     q.sym_strides(), " for shape ", q.sym_sizes(),
                     "; for colwise data pass q_col.t(), the (K, M) array");
   TORCH_CHECK_TYPE(scales.scalar_type() == f.scale_type, op, ": scales must be ",
-                   torch_dtype(f.scale_type), " for format \"", f.name, "\", got ",
+                   torch_dtype(f.scale_type),
+                   f.format == Format::kMxfp8 ? "" : " for format \"fp8_blockwise\"", ", got ",
                    torch_dtype(scales.scalar_type()));
   if (f.outer_major) {
     TORCH_CHECK_VALUE(scales.dim() == 2 && is_transpose_contiguous(scales), op,

@@ -196,6 +196,25 @@ def test_plot_table_is_the_readme_table(tmp_path, capsys):
     assert line == "| 8192×2048 | 20.0 | 3.00 (75%) | - | 2.90 (72%) | 36.0 | 1.80× | - | - | - |"
 
 
+def blockwise_rows():
+    bw = {"set": "blockwise", "format": bench.BLOCKWISE, "scaling_mode": "fp32", "M": 16384, "K": 7168}
+    rows = [results(**bw, op=op)["rows"][0] for op in ("fused", "copy", "torchao_blockwise", "rowwise", "colwise")]
+    rows.append(results(**bw, op="fused", groups=8, groups_kind="random")["rows"][0])
+    rows.append(results(**bw | {"M": 7168, "K": 2048}, op="weight", experts=1, N=7168, scaling="128x128")["rows"][0])
+    return rows
+
+
+def test_plot_blockwise_panel():
+    """The blockwise set's panel (no matplotlib needed): per shape fused, torchao, the single axes and the copy tick;
+    grouped and weights as their own groups."""
+    ((title, groups, _),) = plot.panels(blockwise_rows(), False)
+    assert title.startswith("FP8 blockwise") and "rule fp32" in title
+    dense = groups["16384x7168\ndense"]
+    assert set(dense) == {"roof", "copy", "mxq fused", "torchao blockwise (lhs + transposed lhs)", "rowwise", "colwise"}
+    assert set(groups["16384x7168\nG=8"]) == {"roof", "mxq fused"}
+    assert set(groups["W 1x7168x2048"]) == {"roof", "128x128"}
+
+
 def test_plot_draws_a_results_file(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [
@@ -209,12 +228,14 @@ def test_plot_draws_a_results_file(tmp_path):
         for op in bench.ROUTED_OPS[:3]
         for kind in bench.ROUTINGS
     ]
+    rows += blockwise_rows()
     assert [p[0].split()[0] for p in plot.panels(rows, False)] == [
         "Dense,",
         "Grouped",
         "Single-axis",
         "Expert",
         "Routed",
+        "FP8",
     ]
     plot.render(results() | {"rows": rows}, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").stat().st_size > 10_000
