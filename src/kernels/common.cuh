@@ -289,7 +289,8 @@ __device__ __forceinline__ void locate_bands(const int32_t* offs, int G, int64_t
   __syncwarp();
 }
 
-// StatusBits describing offs, by one warp.
+// StatusBits describing offs, by one warp; kAlign: the format's block (32 or 128).
+template <int kAlign = kGroupAlign>
 __device__ __forceinline__ int32_t offs_status_warp(const int32_t* offs, int num_groups,
                                                     int64_t M) {
   int32_t status = 0;
@@ -298,7 +299,7 @@ __device__ __forceinline__ int32_t offs_status_warp(const int32_t* offs, int num
     const int32_t prev = g > 0 ? offs[g - 1] : 0;
     if (v < prev) status |= kOffsDecreasing;
     if (v > M) status |= kOffsBeyondM;
-    if (v % kGroupAlign != 0) status |= kOffsMisaligned;
+    if (v % kAlign != 0) status |= kOffsMisaligned;
   }
   return __reduce_or_sync(0xFFFFFFFFu, status);
 }

@@ -105,6 +105,51 @@ __global__ void __launch_bounds__(DequantConfig::kThreads)
   }
 }
 
+// FP8 blockwise: the same flat run of chunks, each chunk's fp32 factor d of its 1x128 block at
+// factor_offset(r, c / 128, rows) (layout.h), out = bf16(fl32(e4m3(q) * d)) element by element
+// through the CPU reference's scalar (numerics.h dequantize_blockwise_element; not on the hot
+// path). Grouped factors are a dense slice.
+template <typename Index>
+__global__ void __launch_bounds__(DequantConfig::kThreads)
+    dequantize_factor_kernel(const DequantKernelParams p) {
+  ptx::griddepcontrol_wait();
+  constexpr int kLoads = DequantConfig::kFlatLoads;
+  const auto chunks_per_row = Index(p.cols / DequantConfig::kChunk);
+  const Index chunks = Index(p.rows) * chunks_per_row;
+  const Index first = Index(blockIdx.x) * DequantConfig::kThreads * kLoads + threadIdx.x;
+  const auto* factors = reinterpret_cast<const float*>(p.scales);
+  uint4 q[kLoads];
+  float d[kLoads];
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const Index chunk = first + i * DequantConfig::kThreads;
+    const bool in = chunk < chunks;
+    const Index r = chunk / chunks_per_row;
+    const Index c = (chunk - r * chunks_per_row) * DequantConfig::kChunk;
+    q[i] = ptx::ld_global_nc_v4_if(p.q + (in ? int64_t(chunk) * DequantConfig::kChunk : 0), in);
+    d[i] =
+        in ? factors[factor_offset(int64_t(r), int64_t(c) / Fp8Blockwise::kBlock, p.rows)] : 0.0f;
+  }
+#pragma unroll
+  for (int i = 0; i < kLoads; ++i) {
+    const Index chunk = first + i * DequantConfig::kThreads;
+    const bool in = chunk < chunks;
+    uint4 out[2] = {};
+    const uint32_t w[4] = {q[i].x, q[i].y, q[i].z, q[i].w};
+    uint32_t* words = reinterpret_cast<uint32_t*>(out);
+#pragma unroll
+    for (int e = 0; e < DequantConfig::kChunk; e += 2) {
+      const uint16_t lo = dequantize_blockwise_element(uint8_t(w[e / 4] >> (8 * (e % 4))), d[i]);
+      const uint16_t hi =
+          dequantize_blockwise_element(uint8_t(w[e / 4] >> (8 * (e % 4 + 1))), d[i]);
+      words[e / 2] = uint32_t(lo) | (uint32_t(hi) << 16);
+    }
+    const unsigned odd = threadIdx.x & 1;
+    auto* pair = reinterpret_cast<uint8_t*>(p.out + int64_t(chunk - odd) * DequantConfig::kChunk);
+    store_block_pair(pair + 16 * odd, out, in, in);
+  }
+}
+
 // The grouped layouts, one 128x128 tile per CTA.
 template <ScaleLayout kLayout>
 __global__ void __launch_bounds__(DequantConfig::kThreads)
@@ -209,6 +254,13 @@ void launch_dequantize(const DequantizeParams& p) {
   MXQ_CHECK(grid <= 0x7FFFFFFF, "too many CTAs for one launch: ", grid);
   const auto ctas = static_cast<unsigned>(grid);
   constexpr int kThreads = DequantConfig::kThreads;
+  if (p.format == Format::kFp8Blockwise) {  // layout kBlocked, no offs (validation)
+    dispatch_bool(chunks <= int64_t(UINT32_MAX), [&](auto fits) {
+      using Index = std::conditional_t<decltype(fits)::value, uint32_t, int64_t>;
+      launch_dependent(dequantize_factor_kernel<Index>, ctas, kThreads, 0, p.stream, k);
+    });
+    return;
+  }
   if (p.layout == ScaleLayout::kBlocked) {
     // 32-bit chunk indices while they fit.
     dispatch_bool(chunks <= int64_t(UINT32_MAX), [&](auto fits) {

@@ -75,19 +75,26 @@ struct TileF32;
 template <class Format, class Family, DType kIn, bool kRouted>
 void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode, cudaStream_t stream);
 // Each compiled in its own translation unit (instantiations/), never where it is called.
-#define MXQ_TILE_INSTANCE(Family, kIn, kRouted)                                                   \
-  extern template void launch_tile<Mxfp8, Family, kIn, kRouted>(const RoutedTileParams&, Variant, \
-                                                                ScalingMode, cudaStream_t);
-MXQ_TILE_INSTANCE(Tile128, DType::kBFloat16, false)
-MXQ_TILE_INSTANCE(Tile128, DType::kBFloat16, true)
-MXQ_TILE_INSTANCE(Tile128, DType::kFloat16, false)
-MXQ_TILE_INSTANCE(Tile128, DType::kFloat16, true)
-MXQ_TILE_INSTANCE(Tile64, DType::kBFloat16, false)
-MXQ_TILE_INSTANCE(Tile64, DType::kBFloat16, true)
-MXQ_TILE_INSTANCE(Tile64, DType::kFloat16, false)
-MXQ_TILE_INSTANCE(Tile64, DType::kFloat16, true)
-MXQ_TILE_INSTANCE(TileF32, DType::kFloat32, false)
-MXQ_TILE_INSTANCE(TileF32, DType::kFloat32, true)
+#define MXQ_TILE_INSTANCE(Format, Family, kIn, kRouted)                                            \
+  extern template void launch_tile<Format, Family, kIn, kRouted>(const RoutedTileParams&, Variant, \
+                                                                 ScalingMode, cudaStream_t);
+MXQ_TILE_INSTANCE(Mxfp8, Tile128, DType::kBFloat16, false)
+MXQ_TILE_INSTANCE(Mxfp8, Tile128, DType::kBFloat16, true)
+MXQ_TILE_INSTANCE(Mxfp8, Tile128, DType::kFloat16, false)
+MXQ_TILE_INSTANCE(Mxfp8, Tile128, DType::kFloat16, true)
+MXQ_TILE_INSTANCE(Mxfp8, Tile64, DType::kBFloat16, false)
+MXQ_TILE_INSTANCE(Mxfp8, Tile64, DType::kBFloat16, true)
+MXQ_TILE_INSTANCE(Mxfp8, Tile64, DType::kFloat16, false)
+MXQ_TILE_INSTANCE(Mxfp8, Tile64, DType::kFloat16, true)
+MXQ_TILE_INSTANCE(Mxfp8, TileF32, DType::kFloat32, false)
+MXQ_TILE_INSTANCE(Mxfp8, TileF32, DType::kFloat32, true)
+// FP8 blockwise: 128-row tiles only (a 128x1 block is a whole tile column).
+MXQ_TILE_INSTANCE(Fp8Blockwise, Tile128, DType::kBFloat16, false)
+MXQ_TILE_INSTANCE(Fp8Blockwise, Tile128, DType::kBFloat16, true)
+MXQ_TILE_INSTANCE(Fp8Blockwise, Tile128, DType::kFloat16, false)
+MXQ_TILE_INSTANCE(Fp8Blockwise, Tile128, DType::kFloat16, true)
+MXQ_TILE_INSTANCE(Fp8Blockwise, TileF32, DType::kFloat32, false)
+MXQ_TILE_INSTANCE(Fp8Blockwise, TileF32, DType::kFloat32, true)
 #undef MXQ_TILE_INSTANCE
 
 // The routing plan of a quantize_routed call (route.cu): offs_p, dest, the RouteEntry of each of
@@ -103,6 +110,7 @@ struct RoutePlanParams {
   int32_t* dest;
   RouteEntry* route;
   int32_t* status;  // null, or cleared before the launch and OR-ed into
+  int align;        // the format's block, to which each group is padded: 32 or 128
 };
 void launch_route_plan(const RoutePlanParams& p, cudaStream_t stream);
 

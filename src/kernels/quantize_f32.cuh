@@ -55,7 +55,7 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
   auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
-  if (!starts_tile<kV>(p)) return;
+  if (!starts_tile<Format, kV>(p)) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const auto [m0, k0, rows, cols] = tile_span<V::kRowwise, C::kRows>(p);
@@ -159,10 +159,168 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
   }
 }
 
+// FP8 blockwise: a CTA takes a 128x128 tile (a 128x1 block is a whole tile column) as two 64-row
+// halves through the same 32 KiB of shared memory, each staged and converted rowwise as above
+// (the row's four lanes combine their pieces' amax, blockwise.cuh). Colwise, lanes 2j and 2j+1
+// hold the column's bands 0-1 of half 0 (amax only) and then, in registers, bands 0-1 of half 1:
+// their amaxes combine, half 1 is converted from registers, and half 0 is staged a second time
+// (its reads hit L2) and converted. The fp32 tiles' speed is secondary; this keeps the registers
+// of one 32x1 piece per thread.
+template <ScalingMode kMode, Variant kV, class Params>
+__device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
+  using C = ConfigF32<Fp8Blockwise>;
+  using V = VariantTraits<kV>;
+  constexpr int kRows = Fp8Blockwise::kBlock;  // the CTA's rows: two halves of C::kRows
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  auto& tile = *reinterpret_cast<uint4(*)[C::kRows][C::kChunksPerRow]>(smem.tile);
+  if (!starts_tile<Fp8Blockwise, kV>(p)) return;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  // Named copies, not structured bindings: the lambdas below capture them (C++17).
+  const TileSpan span = tile_span<V::kRowwise, kRows>(p);
+  const int64_t m0 = span.m0, k0 = span.k0;
+  const int rows = span.rows, cols = span.cols;
+  const auto* x = static_cast<const float*>(static_cast<const void*>(p.x));
+  const bool chunk_in = lane * C::kChunk < cols;
+
+  // Stages rows [mh, mh + 64) of the tile (mh = m0 or m0 + 64; h_rows of them inside x) and waits
+  // for this thread's copies (routed: scaled in place).
+  const auto stage = [&](int64_t mh, int h_rows) {
+    [[maybe_unused]] RouteEntry route{};
+    if constexpr (V::kRouted) {
+      route = route_entry<C::kLoads>(p, mh, h_rows, warp, lane);
+#pragma unroll
+      for (int i = 0; i < C::kLoads; ++i) {
+        const int row = warp * C::kLoads + i;
+        const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+        const bool in = chunk_in && src >= 0;
+        ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                            in ? x + int64_t(src) * p.K + k0 + lane * C::kChunk : x, in);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < C::kLoads; ++i) {
+        const int row = warp * C::kLoads + i;
+        const bool in = chunk_in && row < h_rows;
+        ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                            in ? x + (mh + row) * p.K + k0 + lane * C::kChunk : x, in);
+      }
+    }
+    ptx::cp_async_wait_all();
+    if constexpr (V::kRouted) {
+      if (p.scaled) {
+#pragma unroll
+        for (int i = 0; i < C::kLoads; ++i) {
+          const int row = warp * C::kLoads + i;
+          const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+          const float f = __shfl_sync(0xFFFFFFFFu, route.scale, i);
+          if (chunk_in && src >= 0) {
+            uint4& c = tile[row][f32_chunk(row, lane)];
+            c = scale_chunk<DType::kFloat32>(c, f);
+          }
+        }
+      }
+    }
+  };
+  // Rowwise: lane l of warp w converts piece l%4 of the half's row 8w + l/4.
+  const auto rowwise = [&](int64_t mh, int h_rows) {
+    const int row = warp * C::kLoads + lane / 4;
+    const int blk = lane % 4;
+    uint32_t b[kPiece];
+#pragma unroll
+    for (int i = 0; i < C::kChunksPerBlock; ++i) {
+      const uint4 c = tile[row][f32_chunk(row, blk * C::kChunksPerBlock + i)];
+      b[4 * i] = c.x;
+      b[4 * i + 1] = c.y;
+      b[4 * i + 2] = c.z;
+      b[4 * i + 3] = c.w;
+    }
+    uint4 q[2];
+    const float d = blockwise_piece_f32<kMode>(b, q);
+    const int pair = blk & ~1;
+    const bool row_in = row < h_rows;
+    store_block_pair(p.q_row + (mh + row) * p.K + k0 + pair * kPiece + (lane & 1) * 16, q,
+                     row_in && pair * kPiece < cols, row_in && (pair + 1) * kPiece < cols);
+    if (blk == 0 && row_in) {
+      reinterpret_cast<float*>(p.s_row)[factor_offset(mh + row, k0 / Fp8Blockwise::kBlock, p.M)] =
+          d;
+    }
+  };
+  // Colwise: lanes 2j and 2j+1 of warp w read bands 0 and 1 of column 16w + j of the staged half.
+  const int k = 16 * warp + lane / 2;
+  const int band = lane & 1;
+  const auto read_column = [&](uint32_t(&b)[kPiece]) {
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) {
+      const int row = kPiece * band + j;
+      b[j] = reinterpret_cast<const uint32_t*>(
+          &tile[row][f32_chunk(row, k / C::kChunk)])[k % C::kChunk];
+    }
+  };
+  const auto piece_amax = [](const uint32_t(&b)[kPiece]) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int j = 0; j < kPiece; ++j) m = max(m, b[j] & 0x7FFFFFFFu);
+    return m;
+  };
+  const auto convert_column = [&](const uint32_t(&b)[kPiece], const BlockScale& bs, int half) {
+    uint4 q[2];
+    uint32_t* words = reinterpret_cast<uint32_t*>(q);
+#pragma unroll
+    for (int w = 0; w < kPiece / 4; ++w) words[w] = bs.select(quantize_words_f32(b + 4 * w, bs.r));
+    const bool k_in = k < cols;
+    const int hr = half * C::kRows;  // the half's first row in the tile
+    store_block_pair(p.q_col + (k0 + k) * p.M + m0 + hr + band * 16, q, k_in && hr < rows,
+                     k_in && hr + kPiece < rows);
+  };
+
+  // ---- half 0 ----
+  stage(m0, min(rows, C::kRows));
+  __syncwarp();
+  if constexpr (V::kRowwise) rowwise(m0, min(rows, C::kRows));
+  __syncthreads();
+  [[maybe_unused]] uint32_t amax0 = 0;
+  if constexpr (V::kColwise) {
+    uint32_t b[kPiece];
+    read_column(b);
+    amax0 = piece_amax(b);
+  }
+  __syncthreads();  // half 0 is read: half 1 may overwrite it
+  // ---- half 1 ----
+  stage(m0 + C::kRows, max(rows - C::kRows, 0));
+  __syncwarp();
+  if constexpr (V::kRowwise) rowwise(m0 + C::kRows, max(rows - C::kRows, 0));
+  if constexpr (V::kColwise) {
+    __syncthreads();
+    uint32_t b[kPiece];
+    read_column(b);
+    // The block's amax: this thread's two pieces, then its neighbour's (the other band).
+    uint32_t amax = max(amax0, piece_amax(b));
+    amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+    float d;
+    const BlockScale bs = blockwise_scale_of<DType::kFloat32, kMode>(amax, d);
+    convert_column(b, bs, 1);
+    if (band == 0 && k < cols) {
+      reinterpret_cast<float*>(p.s_col)[factor_offset(k0 + k, m0 / Fp8Blockwise::kBlock, p.K)] = d;
+    }
+    // ---- half 0 again ----
+    __syncthreads();  // half 1 is read
+    stage(m0, min(rows, C::kRows));
+    __syncthreads();
+    read_column(b);
+    convert_column(b, bs, 0);
+  }
+}
+
 template <class Format, ScalingMode kMode, Variant kV>
 __global__ void __launch_bounds__(ConfigF32<>::kThreads, Config<>::kMinBlocksPerSm)
     quantize_tile_f32_kernel(const TileParamsOf<kV> p) {
-  tile_f32_body<Format, kMode, kV>(p);
+  if constexpr (is_blocked_v<Format>) {
+    tile_f32_body<Format, kMode, kV>(p);
+  } else {
+    tile_f32_blockwise_body<kMode, kV>(p);
+  }
 }
 
 // The family's kernels for launch_tile (quantize_tile.cuh).

@@ -46,6 +46,7 @@
 
 #include <type_traits>
 
+#include "blockwise.cuh"
 #include "common.cuh"
 #include "dispatch.h"
 #include "quantize.h"
@@ -57,33 +58,38 @@ namespace mxq::kernels {
 // A tile's columns: one atom's 4 scale columns.
 constexpr int kTileCols = kAtomCols * kBlock;
 
+// A thread's unit of work along either axis: 32 elements (one MXFP8 block; a quarter of an FP8
+// blockwise block, whose four pieces lie in four lanes that combine their amax, blockwise.cuh).
+constexpr int kPiece = 32;
+
 // The 16-bit tile kernels' geometry for tiles of kRows x 128 of block format Format (format.h): 128
 // rows map to one whole scale atom per axis (quantize_tile128.cuh), 64 rows to half of each
-// (quantize_tile64.cuh).
+// (quantize_tile64.cuh). The phases work in 32-element pieces: MXFP8's blocks, or the four pieces
+// of an FP8 blockwise block (128-row tiles only: a 128x1 block is a whole tile column).
 template <int kTileRows = kAtomRows, class Format = Mxfp8>
 struct Config {
-  static_assert(
-      is_blocked_v<Format> && Format::kBlock == kBlock,
-      "the tile phases are written for 32-element blocks with 128x4 atoms of scale bytes");
+  static_assert((is_blocked_v<Format> && Format::kBlock == kPiece) ||
+                    (Format::kBlock == 4 * kPiece && kTileRows == Format::kBlock),
+                "the tile phases are written for 32-element blocks with 128x4 atoms of scale "
+                "bytes, or 128-element blocks in 128-row tiles");
   using BlockFormat = Format;
   static constexpr int kRows = kTileRows;
   static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kChunk = 8;                                  // bf16 per 16-byte load
-  static constexpr int kChunksPerRow = kTileCols / kChunk;          // 16
-  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;   // 8 (64 rows: 4) per thread
-  static constexpr int kChunksPerBlock = Format::kBlock / kChunk;   // 4
-  static constexpr int kBlocksPerRow = kTileCols / Format::kBlock;  // 4
+  static constexpr int kChunk = 8;                                 // bf16 per 16-byte load
+  static constexpr int kChunksPerRow = kTileCols / kChunk;         // 16
+  static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8 (64 rows: 4) per thread
+  static constexpr int kChunksPerBlock = kPiece / kChunk;          // 4
+  static constexpr int kBlocksPerRow = kTileCols / kPiece;         // 4
   static constexpr int kRowBlocksPerThread = kRows * kBlocksPerRow / kThreads;  // 2 (1)
   static constexpr int kRowsPerWarp = kRows / kWarps;                           // 16 (8)
-  static constexpr int kBands = kRows / Format::kBlock;  // 32-row bands: 4 (2) of the atom's 4
+  static constexpr int kBands = kRows / kPiece;     // 32-row bands: 4 (2) of the atom's 4
   static constexpr int kColGroups = kTileCols / 8;  // 8-column groups, one ldmatrix column set each
   // An ldmatrix pass hands a warp 4 pieces (8-column group, band): 1 group x 4 bands, or 2 x 2.
   static constexpr int kGroupsPerPass = 4 / kBands;
   static constexpr int kColPasses = kColGroups / (kWarps * kGroupsPerPass);  // 2 (1)
   static constexpr int kMinBlocksPerSm = 4;
-  static_assert(kRows == Format::kAtomRows || kRows == Format::kAtomRows / 2,
-                "tiles of 128 or 64 rows");
+  static_assert(kRows == kAtomRows || kRows == kAtomRows / 2, "tiles of 128 or 64 rows");
   static_assert(kThreads % 32 == 0, "threads must be whole warps");
   static_assert(kTileCols % kBlock == 0, "tile must hold whole blocks");
   static_assert(kRowsPerWarp * kBlocksPerRow == 32 * kRowBlocksPerThread,
@@ -105,12 +111,12 @@ struct ConfigF32 {
   static constexpr int kRows = 64;                                 // tile rows (M)
   static constexpr int kChunk = 4;                                 // fp32 per 16-byte load
   static constexpr int kChunksPerRow = kTileCols / kChunk;         // 32
-  static constexpr int kChunksPerBlock = Format::kBlock / kChunk;  // 8
+  static constexpr int kChunksPerBlock = kPiece / kChunk;          // 8
   static constexpr int kLoads = kRows * kChunksPerRow / kThreads;  // 8: rows per warp
-  static constexpr int kBands = kRows / Format::kBlock;            // 2 bands of 32 rows
+  static constexpr int kBands = kRows / kPiece;                    // 2 bands of 32 rows
   static_assert(kLoads * kWarps == kRows, "warp w loads rows 8w..8w+7, one per instruction");
-  static_assert(kRows * (kTileCols / Format::kBlock) == kThreads, "rowwise: one block per thread");
-  static_assert(kTileCols * kBands == kThreads, "colwise: one block per thread");
+  static_assert(kRows * (kTileCols / kPiece) == kThreads, "rowwise: one piece per thread");
+  static_assert(kTileCols * kBands == kThreads, "colwise: one piece per thread");
   static_assert(sizeof(uint4[kRows][kChunksPerRow]) ==
                     sizeof(uint4[Config<>::kRows][Config<>::kChunksPerRow]),
                 "the fp32 tile uses the 16-bit tile's shared memory");
@@ -162,12 +168,19 @@ __device__ __forceinline__ void appended_cta(const TileParams& p) {
 
 // Every tile kernel starts here: nothing touches memory before the work before it is done; a CTA
 // appended to a grouped launch fills the scales' slack and has no tile (false: the kernel ends).
-template <Variant kV>
+// FP8 blockwise: groups of 128-multiples place nothing (the outputs are dense), so the one appended
+// CTA writes the status word only.
+template <class Format, Variant kV>
 __device__ __forceinline__ bool starts_tile(const TileParams& p) {
   using V = VariantTraits<kV>;
   ptx::griddepcontrol_wait();
   if (V::kGrouped && blockIdx.x >= p.tiles) {
-    appended_cta<V::kRowwise, V::kCol>(p);
+    if constexpr (is_blocked_v<Format>) {
+      appended_cta<V::kRowwise, V::kCol>(p);
+    } else if (p.status != nullptr && threadIdx.x < 32) {
+      const int32_t bits = offs_status_warp<Format::kBlock>(p.offs, p.num_groups, p.M);
+      if (threadIdx.x == 0) *p.status = bits;
+    }
     return false;
   }
   return true;
@@ -381,9 +394,21 @@ __device__ __forceinline__ void rowwise_blocks(const uint4 (*tile)[Config<>::kCh
       b[i] = tile[r][(blk * Cfg::kChunksPerBlock + i) ^ tile_key(r, blk / 2)];
     }
     const bool row_in = r < rows;
-    row_atom[atom + j * kRowStep * 16] =
-        rowwise_block<kIn, kMode>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
-                                  row_in && (pair + 1) * kBlock < cols);
+    if constexpr (is_blocked_v<typename Cfg::BlockFormat>) {
+      row_atom[atom + j * kRowStep * 16] =
+          rowwise_block<kIn, kMode>(b, q_pair + j * kRowStep * p.K, row_in && pair * kBlock < cols,
+                                    row_in && (pair + 1) * kBlock < cols);
+    } else {
+      // FP8 blockwise: the row's four lanes hold its block; the first stores the factor.
+      uint4 q[2];
+      const float d = blockwise_row_piece<kIn, kMode>(b, q);
+      store_block_pair(q_pair + j * kRowStep * p.K, q, row_in && pair * kBlock < cols,
+                       row_in && (pair + 1) * kBlock < cols);
+      if (blk == 0 && row_in) {
+        reinterpret_cast<float*>(
+            p.s_row)[factor_offset(m0 + r, k0 / Cfg::BlockFormat::kBlock, p.M)] = d;
+      }
+    }
   }
 }
 
@@ -430,7 +455,15 @@ __device__ __forceinline__ void colwise_blocks(const uint4 (*tile)[Config<>::kCh
     }
     const int k = 8 * col_group<Cfg>(warp, u, piece / Cfg::kBands) + lane / 4;
     uint4 q[2];
-    const uint8_t s = convert_col_block<kIn, kMode>(w, q);
+    // MXFP8: the block's scale byte. FP8 blockwise: the factor of the column's block, whose four
+    // 32-row pieces lanes 4j..4j+3 hold (one band each).
+    const auto s = [&] {
+      if constexpr (is_blocked_v<typename Cfg::BlockFormat>) {
+        return convert_col_block<kIn, kMode>(w, q);
+      } else {
+        return blockwise_col_piece<kIn, kMode>(w, q);
+      }
+    }();
     const bool row_in = k < cols;
     const int pair = band & ~1;
     store_block_pair(q_col_tile + int64_t(k) * M + pair * kBlock + (lane & 1) * 16, q,
@@ -477,11 +510,40 @@ __device__ __forceinline__ void staged_phases(SharedStorage& smem, const TilePla
   }
 }
 
+// ---- rowwise, colwise, factors (FP8 blockwise) ----
+// The phases after the load of a 128-row tile of FP8 blockwise (no atoms): each block's factor is
+// stored by one of the four lanes that hold it, as fp32 at factor_offset (layout.h): along a warp's
+// rows (rowwise) or columns (colwise) consecutive floats.
+template <class Cfg, DType kIn, ScalingMode kMode, Variant kV>
+__device__ __forceinline__ void factor_phases(SharedStorage& smem, const TileParams& p, int64_t m0,
+                                              int64_t k0, int rows, int cols, int warp, int lane) {
+  using V = VariantTraits<kV>;
+  constexpr int kFormatBlock = Cfg::BlockFormat::kBlock;
+  static_assert(Cfg::kRows == kFormatBlock && Cfg::kBands == 4,
+                "a 128-row tile: a column's block is the four bands of one ldmatrix pass");
+  // ---- rowwise ----
+  if constexpr (V::kRowwise) {
+    rowwise_blocks<Cfg, kIn, kMode>(smem.tile, p, m0, k0, rows, cols, warp, lane, nullptr);
+  }
+  __syncthreads();
+  // ---- colwise ----
+  if constexpr (V::kColwise) {
+    float* const d_col = reinterpret_cast<float*>(p.s_col);
+    colwise_blocks<Cfg, kIn, kMode>(smem.tile, p.q_col + k0 * p.M + m0, p.M, rows, cols,
+                                    [&](int k, int band, float d) {
+                                      if (band == 0 && k < cols)
+                                        d_col[factor_offset(k0 + k, m0 / kFormatBlock, p.K)] = d;
+                                    });
+  }
+}
+
 // ---- host: the launch of one tile kernel ----
 
 // CTAs after the tiles of a grouped launch: the zero fill of each grouped scale output (zero-fill
 // CTA 0 also writes the status word), at least one when there is a status word to write.
-inline int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
+template <class Format>
+int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
+  if constexpr (!is_blocked_v<Format>) return p.status != nullptr ? 1 : 0;  // the status word
   int64_t n = 0;
   if (col == ColScales::kKGroups) n += zero_fill_col_ctas(p.M, p.K, p.num_groups);
   if (rowwise) n += zero_fill_row_ctas(p.K, p.num_groups);
@@ -499,26 +561,35 @@ void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode,
   const auto launch = [&](auto v, auto m) {
     constexpr Variant kV = decltype(v)::value;
     using V = VariantTraits<kV>;
-    const int64_t grid = p.tiles + (V::kGrouped ? appended_ctas(p, V::kRowwise, V::kCol) : 0);
+    const int64_t grid =
+        p.tiles + (V::kGrouped ? appended_ctas<Format>(p, V::kRowwise, V::kCol) : 0);
     MXQ_CHECK(grid <= 0x7FFFFFFF, "too many tiles for one launch: ", grid);
     if (grid == 0) return;
     TileParamsOf<kV> params = p;  // TileParams: the routed fields dropped
     params.fast = Divider::of(static_cast<uint32_t>(V::kRowwise ? p.k_tiles : p.m_tiles));
     launch_dependent(Family::template kernel<Format, kIn, decltype(m)::value, kV>(),
-                     static_cast<unsigned>(grid), Config<kAtomRows, Format>::kThreads,
+                     static_cast<unsigned>(grid), Config<kAtomRows>::kThreads,
                      static_cast<int>(sizeof(SharedStorage)), stream, params);
   };
-  dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(mode, [&](auto m) {
-    const auto with_mode = [&](auto v) { launch(v, m); };
+  const auto with_mode = [&](auto m) {
+    const auto with_variant = [&](auto v) { launch(v, m); };
     if constexpr (kRouted) {
-      dispatch<Variant::kRoutedRowwise, Variant::kRoutedColwise, Variant::kRoutedDual>(variant,
-                                                                                       with_mode);
-    } else {
+      dispatch<Variant::kRoutedRowwise, Variant::kRoutedColwise, Variant::kRoutedDual>(
+          variant, with_variant);
+    } else if constexpr (is_blocked_v<Format>) {
       dispatch<Variant::kRowwise, Variant::kColwise, Variant::kDual, Variant::kGroupedRowwise,
-               Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(variant,
-                                                                                        with_mode);
+               Variant::kGroupedColwise, Variant::kGroupedDual, Variant::kColwisePlain>(
+          variant, with_variant);
+    } else {  // FP8 blockwise has no composed path (its factors need no placing)
+      dispatch<Variant::kRowwise, Variant::kColwise, Variant::kDual, Variant::kGroupedRowwise,
+               Variant::kGroupedColwise, Variant::kGroupedDual>(variant, with_variant);
     }
-  });
+  };
+  if constexpr (is_blocked_v<Format>) {
+    dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(mode, with_mode);
+  } else {
+    dispatch<ScalingMode::kFp32, ScalingMode::kRceil>(mode, with_mode);
+  }
 }
 
 }  // namespace mxq::kernels

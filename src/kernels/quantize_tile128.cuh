@@ -19,11 +19,11 @@ namespace mxq::kernels {
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
 template <class Format, DType kIn, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile128_body(const Params& p) {
-  using Cfg = Config<Format::kAtomRows, Format>;
+  using Cfg = Config<kAtomRows, Format>;
   using V = VariantTraits<kV>;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  if (!starts_tile<kV>(p)) return;
+  if (!starts_tile<Format, kV>(p)) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const auto [m0, k0, rows, cols] = tile_span<V::kRowwise, Cfg::kRows>(p);
@@ -38,14 +38,20 @@ __device__ __forceinline__ void tile128_body(const Params& p) {
   } else {
     load_tile<Cfg>(smem.tile, p, m0, k0, rows, cols, warp, lane);
   }
-  if (V::kGrouped && warp == 0) {
-    plan_tile_places<Cfg::kBands>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, V::kRowwise,
-                                  V::kCol == ColScales::kKGroups);
+  if constexpr (is_blocked_v<Format>) {  // FP8 blockwise: grouped outputs are the dense ones
+    if (V::kGrouped && warp == 0) {
+      plan_tile_places<Cfg::kBands>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, V::kRowwise,
+                                    V::kCol == ColScales::kKGroups);
+    }
   }
   ptx::cp_async_wait_all();
   if constexpr (V::kRouted) scale_gathered<Cfg, kIn>(smem.tile, p, cols, route, warp, lane);
   __syncwarp();
-  staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
+  if constexpr (is_blocked_v<Format>) {
+    staged_phases<Cfg, kIn, kMode, kV>(smem, places, p, m0, k0, rows, cols, warp, lane);
+  } else {
+    factor_phases<Cfg, kIn, kMode, kV>(smem, p, m0, k0, rows, cols, warp, lane);
+  }
 }
 
 template <class Format, DType kIn, ScalingMode kMode, Variant kV>

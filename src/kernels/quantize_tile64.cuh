@@ -24,13 +24,13 @@ namespace mxq::kernels {
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
 template <class Format, DType kIn, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile64_body(const Params& p) {
-  using Cfg = Config<Format::kAtomRows / 2, Format>;
+  using Cfg = Config<kAtomRows / 2, Format>;
   using V = VariantTraits<kV>;
   static_assert(Cfg::kRowBlocksPerThread == 1 && Cfg::kColPasses == 1,
                 "a thread of a 64-row tile converts one row block and one column block");
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  if (!starts_tile<kV>(p)) return;
+  if (!starts_tile<Format, kV>(p)) return;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   const auto [m0, k0, rows, cols] = tile_span<V::kRowwise, Cfg::kRows>(p);

@@ -45,6 +45,7 @@
 //   predicate arithmetic.
 #include <cuda_runtime.h>
 
+#include "blockwise.cuh"
 #include "common.cuh"
 #include "dispatch.h"
 #include "launch.h"
@@ -185,10 +186,15 @@ __device__ __forceinline__ void load_column(const SharedStorage<kT>& smem, int w
 
 // ---- the kernel ----
 
-template <DType kT, bool kTiles, ScalingMode kMode, bool kRowwise, bool kColwise>
+// kScaling: k1x32, k32x32 (MXFP8) or k128x128 (FP8 blockwise: the whole tile's amax from all eight
+// warps' partial words after a CTA barrier, one fp32 factor stored at weight_factor_offset in both
+// layouts; the CTA of a row's (column's) last tile also writes the padding factors after it, 0).
+template <DType kT, WeightScaling kScaling, ScalingMode kMode, bool kRowwise, bool kColwise>
 __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
     quantize_weight_kernel(const Params p) {
   using Cfg = Config<kT>;
+  constexpr bool kTiles = kScaling == WeightScaling::k32x32;
+  constexpr bool kWhole = kScaling == WeightScaling::k128x128;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   SharedStorage<kT>& smem = *reinterpret_cast<SharedStorage<kT>*>(smem_raw);
   ptx::griddepcontrol_wait();  // nothing touches memory before the work before it is done
@@ -217,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       smem.tile[row][swizzle(kT, row, chunk)] = v[i];
     }
     // ---- 32x32 amax ---- this warp's 16 rows of each column block, from the load registers.
-    if constexpr (kTiles) {
+    if constexpr (kTiles || kWhole) {
       uint32_t m = 0;
 #pragma unroll
       for (int i = 0; i < Cfg::kLoads; ++i) {
@@ -231,7 +237,18 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       if (partial_writer(kT, lane)) smem.partial[warp][load_block(kT, lane)] = m;
     }
   }
-  if constexpr (kTiles && kRowwise) {
+  [[maybe_unused]] BlockScale whole{};
+  [[maybe_unused]] float whole_d = 0.0f;
+  if constexpr (kWhole) {
+    __syncthreads();  // the tile's amax needs every warp's partial words
+    uint32_t m = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+#pragma unroll
+      for (int b = 0; b < kBands; ++b) m = amax_step<kT>(m, smem.partial[w][b]);
+    }
+    whole = blockwise_scale_of<kT, kMode>(amax_fold<kT>(m), whole_d);
+  } else if constexpr (kTiles && kRowwise) {
     // The band's tile amaxes need the partial words of both of its warps (2b, 2b+1): a barrier of
     // the pair only, so that the rowwise pass runs while other warps still wait for their loads.
     sync_band_warps(warp / 2);
@@ -254,13 +271,20 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
         w[4 * i + 2] = c.z;
         w[4 * i + 3] = c.w;
       }
-      const BlockScale bs = scale_of<kT, kTiles, kMode>(w, smem, row / kBlock, blk);
+      BlockScale bs;
+      if constexpr (kWhole) {
+        bs = whole;
+      } else {
+        bs = scale_of<kT, kTiles, kMode>(w, smem, row / kBlock, blk);
+      }
       uint4 q[2];
       convert_block<kT>(w, bs, q);
       store_block_pair</*kStreaming=*/true>(p.q_row + rowwise_pair(t, warp, lane, j, p.N, p.K), q,
                                             rowwise_store_ok(t, warp, lane, j, 0),
                                             rowwise_store_ok(t, warp, lane, j, 1));
-      smem.row_atom[atom_offset<unsigned>(row, blk)] = row_scale_ok(t, row, blk) ? bs.s : 0;
+      if constexpr (!kWhole) {
+        smem.row_atom[atom_offset<unsigned>(row, blk)] = row_scale_ok(t, row, blk) ? bs.s : 0;
+      }
     }
   }
   if constexpr (kColwise) {
@@ -275,14 +299,42 @@ __global__ void __launch_bounds__(kThreads, Config<kT>::kMinBlocksPerSm)
       const int col = colwise_col(warp, lane, u);
       uint32_t w[Cfg::kWordsPerBlock];
       load_column<kT>(smem, warp, lane, u, w);
-      const BlockScale bs = scale_of<kT, kTiles, kMode>(w, smem, band, col / kBlock);
+      BlockScale bs;
+      if constexpr (kWhole) {
+        bs = whole;
+      } else {
+        bs = scale_of<kT, kTiles, kMode>(w, smem, band, col / kBlock);
+      }
       uint4 q[2];
       convert_block<kT>(w, bs, q);
       store_block_pair</*kStreaming=*/true>(p.q_col + colwise_pair(t, warp, lane, u, p.N, p.K), q,
                                             colwise_store_ok(t, warp, lane, u, 0),
                                             colwise_store_ok(t, warp, lane, u, 1));
-      smem.col_atom[atom_offset<unsigned>(col, band)] = col_scale_ok(t, col, band) ? bs.s : 0;
+      if constexpr (!kWhole) {
+        smem.col_atom[atom_offset<unsigned>(col, band)] = col_scale_ok(t, col, band) ? bs.s : 0;
+      }
     }
+  }
+  if constexpr (kWhole) {
+    // ---- factors ---- lane j of warp 0 (s_row) and warp 1 (s_col): the tile's factor, and in the
+    // CTA of the last tile along the contraction the padding factors after it.
+    const int64_t tn = t.n0 / kTileRows, tk = t.k0 / kTileCols;
+    const int64_t n_tiles = p.N / kTileRows, k_tiles = p.K / kTileCols;
+    if (kRowwise && warp == 0) {
+      float* const s_row = reinterpret_cast<float*>(p.s_row);
+      const int64_t last = tk + 1 == k_tiles ? round_up(k_tiles, 4) - 1 : tk;
+      if (tk + lane <= last) {
+        s_row[weight_factor_offset(t.g, tn, tk + lane, p.N, p.K)] = lane == 0 ? whole_d : 0.0f;
+      }
+    }
+    if (kColwise && warp == 1) {
+      float* const s_col = reinterpret_cast<float*>(p.s_col);
+      const int64_t last = tn + 1 == n_tiles ? round_up(n_tiles, 4) - 1 : tn;
+      if (tn + lane <= last) {
+        s_col[weight_factor_offset(t.g, tk, tn + lane, p.K, p.N)] = lane == 0 ? whole_d : 0.0f;
+      }
+    }
+    return;
   }
   __syncthreads();  // the atoms are complete
 
@@ -307,9 +359,9 @@ constexpr int kSmemWithoutOptIn = 48 * 1024;
 static_assert(sizeof(SharedStorage<DType::kBFloat16>) <= kSmemWithoutOptIn,
               "16-bit tiles need no opt-in attribute");
 
-template <DType kT, bool kTiles, ScalingMode kMode, bool kRowwise, bool kColwise>
+template <DType kT, WeightScaling kScaling, ScalingMode kMode, bool kRowwise, bool kColwise>
 void launch_kernel(const Params& params, int64_t grid, cudaStream_t stream) {
-  auto kernel = quantize_weight_kernel<kT, kTiles, kMode, kRowwise, kColwise>;
+  auto kernel = quantize_weight_kernel<kT, kScaling, kMode, kRowwise, kColwise>;
   constexpr int smem_bytes = sizeof(SharedStorage<kT>);
   if constexpr (smem_bytes > kSmemWithoutOptIn) {
     MXQ_CHECK_CUDA(
@@ -337,16 +389,25 @@ void launch_quantize_weight(const QuantizeWeightParams& p) {
                        : p.q_row == nullptr ? w::Axes::kColwise
                                             : w::Axes::kBoth;
   using kernels::dispatch;
+  const auto launch = [&](auto t, auto scaling, auto m) {
+    dispatch<w::Axes::kRowwise, w::Axes::kColwise, w::Axes::kBoth>(axes, [&](auto a) {
+      constexpr w::Axes kAxes = decltype(a)::value;
+      w::launch_kernel<decltype(t)::value, decltype(scaling)::value, decltype(m)::value,
+                       kAxes != w::Axes::kColwise, kAxes != w::Axes::kRowwise>(params, grid,
+                                                                               p.stream);
+    });
+  };
   dispatch<DType::kBFloat16, DType::kFloat16, DType::kFloat32>(p.dtype, [&](auto t) {
-    dispatch<WeightScaling::k1x32, WeightScaling::k32x32>(p.scaling, [&](auto scaling) {
-      dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(p.scaling_mode, [&](auto m) {
-        dispatch<w::Axes::kRowwise, w::Axes::kColwise, w::Axes::kBoth>(axes, [&](auto a) {
-          constexpr w::Axes kAxes = decltype(a)::value;
-          w::launch_kernel<decltype(t)::value, decltype(scaling)::value == WeightScaling::k32x32,
-                           decltype(m)::value, kAxes != w::Axes::kColwise,
-                           kAxes != w::Axes::kRowwise>(params, grid, p.stream);
-        });
+    if (p.format == Format::kFp8Blockwise) {  // scaling k128x128 (validation)
+      dispatch<WeightScaling::k128x128>(p.scaling, [&](auto scaling) {
+        dispatch<ScalingMode::kFp32, ScalingMode::kRceil>(p.scaling_mode,
+                                                          [&](auto m) { launch(t, scaling, m); });
       });
+      return;
+    }
+    dispatch<WeightScaling::k1x32, WeightScaling::k32x32>(p.scaling, [&](auto scaling) {
+      dispatch<ScalingMode::kRceil, ScalingMode::kFloor>(p.scaling_mode,
+                                                         [&](auto m) { launch(t, scaling, m); });
     });
   });
 }

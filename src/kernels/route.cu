@@ -71,7 +71,8 @@ __device__ __forceinline__ int64_t load_int(const void* p, int64_t i) {
   return static_cast<const Int*>(p)[i];
 }
 
-template <bool kIndex64, bool kCounts64>
+// kAlign: the format's block, to which each group is padded (32: MXFP8, 128: FP8 blockwise).
+template <bool kIndex64, bool kCounts64, int kAlign>
 __global__ void __launch_bounds__(kPlanThreads) route_plan_kernel(const RoutePlanParams p) {
   using Index = std::conditional_t<kIndex64, int64_t, int32_t>;
   using Count = std::conditional_t<kCounts64, int64_t, int32_t>;
@@ -106,7 +107,7 @@ __global__ void __launch_bounds__(kPlanThreads) route_plan_kernel(const RoutePla
       sh.begin[e] = static_cast<int32_t>(b);
       sh.count[e] = static_cast<int32_t>(n);
     }
-    padded[i] = round_up(n, kGroupAlign);
+    padded[i] = round_up(n, kAlign);
     local_p += padded[i];
   }
   int64_t total_p = 0;
@@ -148,7 +149,7 @@ __global__ void __launch_bounds__(kPlanThreads) route_plan_kernel(const RoutePla
         }
       }
       const int32_t n = sh.count[lo];
-      const int64_t i = m - (sh.end_p[lo] - round_up(n, kGroupAlign));
+      const int64_t i = m - (sh.end_p[lo] - round_up(n, kAlign));
       if (i < n) {
         const int64_t r = sh.begin[lo] + i;
         const int64_t src = load_int<Index>(p.index, r);
@@ -177,8 +178,11 @@ void launch_route_plan(const RoutePlanParams& p, cudaStream_t stream) {
   MXQ_CHECK(ctas <= 0x7FFFFFFF, "too many padded rows for one launch: ", p.Mp);
   dispatch_bool(p.index64, [&](auto i) {
     dispatch_bool(p.counts64, [&](auto c) {
-      launch_dependent(route_plan_kernel<decltype(i)::value, decltype(c)::value>,
-                       static_cast<unsigned>(ctas), kPlanThreads, 0, stream, p);
+      dispatch<Mxfp8::kBlock, Fp8Blockwise::kBlock>(p.align, [&](auto a) {
+        launch_dependent(
+            route_plan_kernel<decltype(i)::value, decltype(c)::value, decltype(a)::value>,
+            static_cast<unsigned>(ctas), kPlanThreads, 0, stream, p);
+      });
     });
   });
 }

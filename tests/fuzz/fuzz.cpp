@@ -15,6 +15,12 @@
 // fp32 tiles always hold 64 rows). Outputs are poisoned with a random byte first and followed by a
 // guard band; every byte must equal the reference's and every guard byte must be intact. Exit code
 // 0 only when no case mismatched.
+//
+// One case in 4 is then made FP8 blockwise (drawn after every older field, so the other cases keep
+// their draws): M and K rounded up to multiples of 128, scaling mode fp32 (for FLOOR) or rceil,
+// group ends rounded down to multiples of 128, weights in 128x128 tiles, routed groups padded to
+// 128; its composed cases run the fused kernel (the composed path is MXFP8's baseline) and its
+// colwise dequantize cases take the dense factor layout (grouped factors are a dense slice).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -35,6 +41,7 @@
 namespace {
 
 using mxq::DType;
+using mxq::Format;
 using mxq::ScalingMode;
 using mxq::WeightScaling;
 
@@ -115,9 +122,12 @@ struct Case {
   bool routed = false;
   int64_t N = 0, E = 0;
   bool scaled = false, index64 = false, counts64 = false;
+  Format format = Format::kMxfp8;
 
+  bool blockwise() const { return format == Format::kFp8Blockwise; }
   int64_t rows() const { return experts * M; }  // of the input, K elements each
-  std::string describe() const {
+  std::string describe() const { return (blockwise() ? "fp8_blockwise " : "") + describe_case(); }
+  std::string describe_case() const {
     if (routed) {
       const char* axes = row && col ? "both" : row ? "rowwise" : "colwise";
       return std::string("routed ") + to_string(dtype) + " " + mxq::to_string(mode) + " " + axes +
@@ -195,6 +205,20 @@ Case draw_case(uint64_t seed, int64_t index, int64_t max_dim, const std::vector<
     c.row = axes != 0;
     c.col = axes != 1;
     c.tile_rows = tile_rows;
+  }
+  // One case in 4 becomes FP8 blockwise (the header says how).
+  if (rng.chance(0.25)) {
+    c.format = Format::kFp8Blockwise;
+    c.M = (c.M + 127) / 128 * 128;
+    c.K = (c.K + 127) / 128 * 128;
+    c.mode = c.mode == ScalingMode::kFloor ? ScalingMode::kFp32 : ScalingMode::kRceil;
+    for (auto& e : c.offs) e = std::min<int32_t>(e / 128 * 128, int32_t(c.M));
+    if (c.path == Path::kComposed) c.path = Path::kFused;
+    if (c.path == Path::kWeight) {
+      c.scaling = WeightScaling::k128x128;
+      c.experts =
+          std::max<int64_t>(1, std::min<int64_t>(c.experts, max_dim * max_dim / (c.M * c.K)));
+    }
   }
   return c;
 }
@@ -346,19 +370,27 @@ bool launch_weight(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
   ref.G = c.experts;
   ref.N = c.M;
   ref.K = c.K;
+  ref.format = c.format;
   ref.scaling_mode = c.mode;
   ref.scaling = c.scaling;
   const size_t q_bytes = size_t(c.experts * c.M * c.K);
+  // Scale bytes per axis: E8M0 bytes, or fp32 factors of the 128x128 tiles.
+  const size_t s_row_bytes =
+      size_t(c.blockwise() ? mxq::weight_factor_shape(c.experts, c.M, c.K).bytes() * 4
+                           : mxq::weight_s_row_shape(c.experts, c.M, c.K).bytes());
+  const size_t s_col_bytes =
+      size_t(c.blockwise() ? mxq::weight_factor_shape(c.experts, c.K, c.M).bytes() * 4
+                           : mxq::weight_s_col_shape(c.experts, c.M, c.K).bytes());
   std::vector<uint8_t> q_row, s_row, q_col, s_col;
   if (c.row) {
     q_row.resize(q_bytes);
-    s_row.resize(size_t(mxq::weight_s_row_shape(c.experts, c.M, c.K).bytes()));
+    s_row.resize(s_row_bytes);
     ref.q_row = q_row.data();
     ref.s_row = s_row.data();
   }
   if (c.col) {
     q_col.resize(q_bytes);
-    s_col.resize(size_t(mxq::weight_s_col_shape(c.experts, c.M, c.K).bytes()));
+    s_col.resize(s_col_bytes);
     ref.q_col = q_col.data();
     ref.s_col = s_col.data();
   }
@@ -394,19 +426,22 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
   ref.dtype = c.dtype;
   ref.M = c.M;
   ref.K = c.K;
+  ref.format = c.format;
   ref.scaling_mode = c.mode;
   ref.offs = offs_host;
   ref.num_groups = G;
   std::vector<uint8_t> q_row, s_row, q_col, s_col;
   if (row) {
     q_row.resize(size_t(mxq::q_row_shape(c.M, c.K).bytes()));
-    s_row.resize(size_t(mxq::s_row_shape(c.M, c.K, G).bytes()));
+    s_row.resize(size_t(c.blockwise() ? mxq::factor_shape(c.M, c.K).bytes() * 4
+                                      : mxq::s_row_shape(c.M, c.K, G).bytes()));
     ref.q_row = q_row.data();
     ref.s_row = s_row.data();
   }
   if (col) {
     q_col.resize(size_t(mxq::q_col_shape(c.M, c.K).bytes()));
-    s_col.resize(size_t(mxq::s_col_shape(c.M, c.K, G).bytes()));
+    s_col.resize(size_t(c.blockwise() ? mxq::factor_shape(c.K, c.M).bytes() * 4
+                                      : mxq::s_col_shape(c.M, c.K, G).bytes()));
     ref.q_col = q_col.data();
     ref.s_col = s_col.data();
   }
@@ -443,14 +478,16 @@ bool launch(const Case& c, const std::vector<uint8_t>& x, Arena& arena, std::vec
         upload(arena, rowwise ? s_row.data() : s_col.data(), rowwise ? s_row.size() : s_col.size());
     d.rows = rowwise ? c.M : c.K;
     d.cols = rowwise ? c.K : c.M;
-    d.layout = rowwise || !grouped ? mxq::ScaleLayout::kBlocked : mxq::ScaleLayout::kKGroups;
-    d.offs = rowwise ? nullptr : offs_dev;
-    d.num_groups = rowwise ? 0 : G;
+    d.format = c.format;
+    const bool dense = rowwise || !grouped || c.blockwise();
+    d.layout = dense ? mxq::ScaleLayout::kBlocked : mxq::ScaleLayout::kKGroups;
+    d.offs = dense ? nullptr : offs_dev;
+    d.num_groups = dense ? 0 : G;
     std::vector<uint8_t> want(size_t(d.rows * d.cols * 2));
     mxq::DequantizeParams h = d;
     h.q = rowwise ? q_row.data() : q_col.data();
     h.scales = rowwise ? s_row.data() : s_col.data();
-    h.offs = rowwise ? nullptr : offs_host;
+    h.offs = dense ? nullptr : offs_host;
     h.out = want.data();
     mxq::ref::dequantize(h);
     d.out = expect_out(arena, outs, "out", std::move(want), c.poison);
@@ -489,7 +526,8 @@ bool launch_routed(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
   };
   const std::vector<uint8_t> index_bytes = as_bytes(index, c.index64);
   const std::vector<uint8_t> counts_bytes = as_bytes(counts, c.counts64);
-  const int64_t Mp = mxq::padded_rows(c.N, c.E);
+  const int64_t Mp = c.blockwise() ? mxq::padded_rows<int64_t, mxq::Fp8Blockwise>(c.N, c.E)
+                                   : mxq::padded_rows(c.N, c.E);
 
   mxq::QuantizeRoutedParams ref;
   ref.x = x.data();
@@ -503,18 +541,21 @@ bool launch_routed(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
   ref.counts_type = c.counts64 ? mxq::IndexType::kInt64 : mxq::IndexType::kInt32;
   ref.num_experts = c.E;
   ref.scale = c.scaled ? scale.data() : nullptr;
+  ref.format = c.format;
   ref.scaling_mode = c.mode;
   std::vector<uint8_t> q_row, s_row, q_col, s_col;
   std::vector<uint8_t> offs_p(size_t(c.E) * 4), dest(size_t(c.N) * 4);
   if (c.row) {
     q_row.resize(size_t(mxq::q_row_shape(Mp, c.K).bytes()));
-    s_row.resize(size_t(mxq::s_row_shape(Mp, c.K, c.E).bytes()));
+    s_row.resize(size_t(c.blockwise() ? mxq::factor_shape(Mp, c.K).bytes() * 4
+                                      : mxq::s_row_shape(Mp, c.K, c.E).bytes()));
     ref.q_row = q_row.data();
     ref.s_row = s_row.data();
   }
   if (c.col) {
     q_col.resize(size_t(mxq::q_col_shape(Mp, c.K).bytes()));
-    s_col.resize(size_t(mxq::s_col_shape(Mp, c.K, c.E).bytes()));
+    s_col.resize(size_t(c.blockwise() ? mxq::factor_shape(c.K, Mp).bytes() * 4
+                                      : mxq::s_col_shape(Mp, c.K, c.E).bytes()));
     ref.q_col = q_col.data();
     ref.s_col = s_col.data();
   }
@@ -539,7 +580,7 @@ bool launch_routed(const Case& c, const std::vector<uint8_t>& x, Arena& arena,
   p.dest = reinterpret_cast<int32_t*>(expect_out(arena, outs, "dest", dest, c.poison));
   p.status = reinterpret_cast<int32_t*>(
       expect_out(arena, outs, "status", std::vector<uint8_t>(sizeof(int32_t), 0), c.poison));
-  p.workspace = arena.take(size_t(mxq::quantize_routed_workspace_bytes(c.N, c.E)));
+  p.workspace = arena.take(size_t(mxq::quantize_routed_workspace_bytes(c.N, c.E, c.format)));
   return ran(c, [&] { mxq::detail::quantize_routed_with_tile_rows(p, c.tile_rows); });
 }
 
