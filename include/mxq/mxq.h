@@ -150,7 +150,7 @@ struct QuantizeRoutedParams {
   uint8_t* s_col = nullptr;   // s_col_shape(Mp, K, E): K-groups over offs_p
   int32_t* offs_p = nullptr;  // (E): padded group ends
   int32_t* dest = nullptr;    // (N): padded row of each routed row
-  void* workspace = nullptr;  // GPU: quantize_routed_workspace_bytes(N, E, format) bytes of device memory
+  void* workspace = nullptr;  // GPU, device memory: quantize_routed_workspace_bytes(N, E, format)
   int32_t* status = nullptr;  // optional (GPU): StatusBits of index and counts, every call
   cudaStream_t stream = nullptr;
 

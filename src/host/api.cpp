@@ -100,7 +100,8 @@ std::string describe_status(int32_t status) {
   if (status & kOffsDecreasing) os << " offsets decrease (or are negative);";
   if (status & kOffsBeyondM) os << " an offset exceeds M;";
   if (status & kOffsMisaligned)
-    os << " a group boundary is not a multiple of " << kGroupAlign << ";";
+    os << " a group boundary is not a multiple of the format's block (" << Mxfp8::kBlock
+       << " for mxfp8, " << Fp8Blockwise::kBlock << " for fp8_blockwise);";
   if (status & kIndexOutOfRange) os << " an index entry is outside [0, T) (its row reads as 0);";
   if (status & kCountsNegative) os << " a counts entry is negative (taken as 0);";
   if (status & kCountsSumNotN) os << " counts do not sum to N;";

@@ -195,9 +195,8 @@ void rowwise(const QuantizeParams& p, const RowScalePlacement<Format>& place) {
 }
 
 // Colwise 32x1 or 128x1 (§2, §5, §13): q_col (K, M), row k = column k of x quantized in blocks of
-// kBlock rows; the scales
-// placed by `place` (the tail's scales are not placed), padding and slack 0. Threads own disjoint
-// ranges of blocks i.
+// kBlock rows; the scales placed by `place` (MXFP8's K-groups tail scales are not placed), padding
+// and slack 0. Threads own disjoint ranges of blocks i.
 template <class Format>
 void colwise(const QuantizeParams& p, const ColScalePlacement<Format>& place) {
   constexpr int kBlock = Format::kBlock;

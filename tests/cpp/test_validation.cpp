@@ -111,7 +111,9 @@ TEST(DescribeStatus, NamesEveryBit) {
   const std::string all = describe_status(kOffsDecreasing | kOffsBeyondM | kOffsMisaligned);
   EXPECT_NE(all.find("decrease"), std::string::npos) << all;
   EXPECT_NE(all.find("exceeds M"), std::string::npos) << all;
-  EXPECT_NE(all.find("multiple of " + std::to_string(kGroupAlign)), std::string::npos) << all;
+  EXPECT_NE(all.find("not a multiple of the format's block (32 for mxfp8, 128 for fp8_blockwise)"),
+            std::string::npos)
+      << all;
   const std::string routed = describe_status(kIndexOutOfRange | kCountsNegative | kCountsSumNotN);
   EXPECT_EQ(routed.rfind("bad routing (status 56):", 0), 0u) << routed;
   EXPECT_NE(routed.find("outside [0, T)"), std::string::npos) << routed;
