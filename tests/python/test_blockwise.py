@@ -331,7 +331,16 @@ def _x(M=256, K=256):
     return torch.zeros(M, K, dtype=torch.bfloat16)
 
 
+def _out_with_contiguous_s_row():
+    out = mxq.empty_quantized(_x(), format=FMT)
+    return quantize(_x(), out=out._replace(s_row=out.s_row.contiguous()))
+
+
 ERRORS = [
+    (
+        _out_with_contiguous_s_row,
+        "mxq.quantize: s_row must have strides (1, M) (s_row.t() contiguous, as quantize returns it), got [2, 1]",
+    ),
     (
         lambda: mxq.quantize(_x(), format="nvfp4"),
         'mxq.quantize: format must be "mxfp8" or "fp8_blockwise", got "nvfp4"',
@@ -432,6 +441,10 @@ TYPE_ERRORS = [
     ),
     (lambda: mxq.quantize_weight(_x(), format=None), "mxq.quantize_weight: format must be a str, got NoneType"),
     (lambda: mxq.quantize(_x(), format=8), "mxq.quantize: format must be a str, got int"),
+    (
+        lambda: quantize(_x(), out=mxq.empty_quantized(_x())),  # MXFP8's buffers
+        "mxq.quantize: s_row must be torch.float32, got torch.float8_e8m0fnu",
+    ),
 ]
 
 
