@@ -649,6 +649,35 @@ def _torchao_kernels():
     return pytest.importorskip("torchao.prototype.blockwise_fp8_training.kernels")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
+def test_torchao_torch_references_byte_equal_on_cpu(dtype):
+    """The CPU op (the reference) against torchao 0.18's pure-torch FP8 blockwise quantizers, on finite input with
+    zero blocks: torch_blockwise_scale_act_quant_lhs (q_row, d_row), _rhs (128x1 blocks: q_col's values, d_col) and
+    torch_blockwise_scale_weight_quant (q_row, the tile factors). Runs without a GPU."""
+    ao = _torchao_kernels()
+    M, K = 384, 256
+    x = random_input(M, K, dtype, seed=stable_seed("torchao-cpu", dtype_id(dtype)))
+    x[:128, :128] = 0
+    t = quantize(x)
+    y, s = ao.torch_blockwise_scale_act_quant_lhs(x, 128)
+    assert_bytes_equal(t.q_row, y, "q_row vs torchao lhs")
+    assert_bytes_equal(t.s_row, s, "s_row vs torchao lhs")
+    y, s = ao.torch_blockwise_scale_act_quant_rhs(x, 128)  # (M, K) values, factors (M/128, K)
+    assert_bytes_equal(t.q_col, y, "q_col vs torchao rhs")
+    # torchao's rhs reference clamps amax at 1e-12 in x's dtype before widening it: for bf16 x a zero block's
+    # factor is then 1 / fl32(448 / bf16(1e-12)), not the contract's fl32(1e-12) floor (the lhs reference and the
+    # Triton kernels widen first). The zero block's 128 colwise factors are left out of the comparison for bf16.
+    zero = torch.zeros(K, M // 128, dtype=torch.bool)
+    zero[:128, 0] = dtype == torch.bfloat16
+    assert_bytes_equal(t.s_col[~zero], s.t()[~zero], "s_col vs torchao rhs")
+    w = random_input(512, K, dtype, seed=stable_seed("torchao-cpu-w", dtype_id(dtype)))
+    w[-128:, :128] = 0
+    tw = mxq.quantize_weight(w, format=FMT)
+    y, s = ao.torch_blockwise_scale_weight_quant(w, 128)
+    assert_bytes_equal(tw.q_row, y, "weight q_row vs torchao")
+    assert_bytes_equal(tw.s_row[:, : K // 128], s, "weight s_row vs torchao")
+
+
 @requires_cuda
 @pytest.mark.parametrize("shape", [(256, 512), (1024, 384), (4096, 2048)], ids=lambda s: f"{s[0]}x{s[1]}")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=dtype_id)
