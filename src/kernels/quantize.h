@@ -3,9 +3,10 @@
 //   quantize_tile128.cuh  Tile128: 16-bit input, 128x128 tiles (one scale atom per axis)
 //   quantize_tile64.cuh   Tile64: 16-bit input, 64x128 tiles (launches under one wave of resident
 //                         CTAs)
-//   quantize_f32.cuh      TileF32: fp32 input, 64x128 tiles
-// launch_tile (quantize_tile.cuh) is compiled once per family, input type and routing in
-// instantiations/, so the kernels build in parallel.
+//   quantize_f32.cuh      TileF32: fp32 input, 64x128 tiles (FP8 blockwise: 128 rows as two halves)
+// launch_tile (quantize_tile.cuh) is compiled once per block format, family, input type and routing
+// in instantiations/, so the kernels build in parallel. FP8 blockwise (blockwise.cuh) has Tile128
+// and TileF32 only: a 128x1 block is a whole 128-row tile column.
 #pragma once
 
 #include <cstdint>

@@ -2,7 +2,10 @@
 // quantize_tile64.cuh, quantize_f32.cuh) and their launcher (launch_tile): one CTA quantizes one
 // tile of x, 128 columns by 128 or 64 rows, and writes the outputs of its variant (quantize.h
 // Variant): rowwise 1x32 blocks, colwise 32x1 blocks (transposed output), or both from one read of
-// x (docs/numerics.md §2-§10).
+// x (docs/numerics.md §2-§10). FP8 blockwise (§13) is the same kernels' other instance: its 1x128
+// and 128x1 blocks are four 32-element pieces in four lanes (blockwise.cuh), and each block's fp32
+// factor is stored at factor_offset by one of them (factor_phases) instead of the staged atoms;
+// grouped launches are dense ones plus a status CTA. The notes below describe MXFP8.
 //
 // x: bf16, fp16 or fp32 (M, K) row-major, M and K multiples of 32. Outputs, each optional per
 // variant:
@@ -540,7 +543,8 @@ __device__ __forceinline__ void factor_phases(SharedStorage& smem, const TilePar
 // ---- host: the launch of one tile kernel ----
 
 // CTAs after the tiles of a grouped launch: the zero fill of each grouped scale output (zero-fill
-// CTA 0 also writes the status word), at least one when there is a status word to write.
+// CTA 0 also writes the status word), at least one when there is a status word to write. FP8
+// blockwise: the status CTA alone (its grouped outputs are the dense ones).
 template <class Format>
 int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
   if constexpr (!is_blocked_v<Format>) return p.status != nullptr ? 1 : 0;  // the status word
@@ -553,8 +557,9 @@ int64_t appended_ctas(const TileParams& p, bool rowwise, ColScales col) {
 // One launch of a tile kernel of Family (Tile128, Tile64, TileF32: Family::kernel<Format, kIn,
 // kMode, kV>()) for block format Format over the tiles of p and, grouped, the appended CTAs: the
 // kernel of the runtime variant and scaling mode. kRouted: the 3 routed variants, else the 7
-// others, each in both scaling modes (quantize.h). Instantiated once per format, family, input type
-// and kRouted in instantiations/.
+// others (FP8 blockwise: 6, no composed path), each in both scaling modes of the format (MXFP8:
+// rceil, floor; FP8 blockwise: fp32, rceil). Instantiated once per format, family, input type and
+// kRouted in instantiations/.
 template <class Format, class Family, DType kIn, bool kRouted>
 void launch_tile(const RoutedTileParams& p, Variant variant, ScalingMode mode,
                  cudaStream_t stream) {

@@ -559,6 +559,9 @@ TEST_P(BlockwiseRouted, MatchesReference) {
   EXPECT_TRUE(same_bytes(ds_col.download(stream.get()), s_col, 4 * K, "d_col"));
   EXPECT_TRUE(same_bytes(doffs_p.download(stream.get()), as_bytes(offs_p), 4 * E, "offs_p"));
   EXPECT_TRUE(same_bytes(ddest.download(stream.get()), as_bytes(dest), 4 * N, "dest"));
+  int32_t status = -1;
+  MXQ_TEST_CUDA(cudaMemcpy(&status, dstatus.data(), 4, cudaMemcpyDeviceToHost));
+  EXPECT_EQ(status, 0) << describe_status(status);
   for (const GuardedBuffer* b :
        {&dx, &dq_row, &dq_col, &ds_row, &ds_col, &doffs_p, &ddest, &dstatus}) {
     EXPECT_TRUE(b->guards_intact(stream.get()));
