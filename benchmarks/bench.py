@@ -4,6 +4,7 @@
     python3 benchmarks/bench.py                   # every set; JSON under benchmarks/results/
     python3 benchmarks/bench.py --quick --plot quick.png
     python3 benchmarks/bench.py --list            # the cases the options select (no GPU needed)
+    python3 benchmarks/bench.py --sets blockwise  # FP8 blockwise: fused vs the copy roof and torchao's quantizers
     python3 benchmarks/bench.py --eager           # what a call costs from Python without CUDA graphs
     python3 benchmarks/bench.py --moe-step        # an MoE layer step (dispatch, experts, combine, backward) by stage
 
