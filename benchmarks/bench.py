@@ -4,6 +4,7 @@
     python3 benchmarks/bench.py                   # every set; JSON under benchmarks/results/
     python3 benchmarks/bench.py --quick --plot quick.png
     python3 benchmarks/bench.py --list            # the cases the options select (no GPU needed)
+    python3 benchmarks/bench.py --sets blockwise  # FP8 blockwise: fused vs the copy roof and torchao's quantizers
     python3 benchmarks/bench.py --eager           # what a call costs from Python without CUDA graphs
     python3 benchmarks/bench.py --moe-step        # an MoE layer step (dispatch, experts, combine, backward) by stage
 
@@ -46,9 +47,15 @@ ROUTED_SHAPES = ((16384, 7168, 256, 8), (16384, 2048, 128, 8), (16384, 4096, 8, 
 ROUTINGS, ZIPF_S = ("uniform", "skewed"), 1.0  # skewed: expert weights 1/rank^ZIPF_S (expert_choices)
 ROUTED_TARGETS = {"speedup": 1.8, "min_elements": 1 << 26, "pct_roof": 85.0, "skew": 1.03}  # issue 42
 MOE_STEP_SHAPES = ((16384, 2048, 128, 8, 768), (4096, 7168, 64, 8, 2048))  # (T, D, E, top_k, expert hidden H)
-SETS = ("main", "ragged", "grouped", "dtypes", "weights", "routed")
+# FP8 blockwise (docs/numerics.md §13): M*K >= 2^26, issue 50's 16384x7168 and 65536x2048 first; weights (G, N, K),
+# G = 1 quantized as a dense Linear's 2-D (N, K) weight
+BLOCKWISE, BLOCKWISE_MODE = "fp8_blockwise", "fp32"
+BLOCKWISE_SHAPES = ((16384, 7168), (65536, 2048), (32768, 7168), (8192, 8192))
+BLOCKWISE_WEIGHTS = ((1, 7168, 2048), (8, 4096, 7168))
+BLOCKWISE_GROUPS = 8
+SETS = ("main", "ragged", "grouped", "dtypes", "weights", "routed", "blockwise")
 ROUTED_OPS = ("routed", "routed_scaled", "routed_unfused", "routed_torchao")
-OPS = ("rowwise", "colwise", "fused", "composed", "dequantize", "weight", "copy", *ROUTED_OPS)
+OPS = ("rowwise", "colwise", "fused", "composed", "dequantize", "weight", "copy", *ROUTED_OPS, "torchao_blockwise")
 AXES = {"rowwise": ("q_row", "s_row"), "colwise": ("q_col", "s_col"), "fused": ("q_row", "s_row", "q_col", "s_col")}
 NAMES = AXES["fused"]
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -81,10 +88,18 @@ class Case:
     scaling: str = ""  # weights: 1x32 or 32x32
     neighbour: tuple | None = None  # ragged: the aligned shape it is compared with
     top_k: int = 0  # routed: M = T tokens, groups = E experts, N = T * top_k routed rows
+    format: str = "mxfp8"  # the block format: mxfp8, or fp8_blockwise (the blockwise set)
 
     elements = property(lambda c: max(c.experts, 1) * c.M * c.K * max(c.top_k, 1))  # routed: N * K
-    block = property(lambda c: (c.set, c.M, c.K, c.dtype, c.kind, c.groups, c.experts, c.scaling))  # checked together
-    key = property(lambda c: (c.experts, c.M, c.K, c.dtype))  # cases sharing one set of buffers
+    block = property(lambda c: (c.set, c.M, c.K, c.dtype, c.kind, c.groups, c.experts, c.scaling, c.format))
+    key = property(lambda c: (c.experts, c.M, c.K, c.dtype, c.format))  # cases sharing one set of buffers
+    blockwise = property(lambda c: c.format == BLOCKWISE)
+    # the quantize ops' block size and rule; the format argument only for FP8 blockwise, so that an MXFP8 case calls
+    # the ops as a build from before the format argument takes them (an A/B against an older commit)
+    quant_args = property(lambda c: (128, BLOCKWISE_MODE, BLOCKWISE) if c.blockwise else (32, "rceil"))
+    weight_shape = property(
+        lambda c: (c.M, c.K) if c.blockwise and c.experts == 1 else (c.experts, c.M, c.K)  # W's shape, weight op
+    )
 
     def shape_text(self) -> str:
         return f"{self.experts}x{self.M}x{self.K}" if self.op == "weight" else f"{self.M}x{self.K}"
@@ -97,11 +112,11 @@ class Case:
         return f"G={self.groups}" + {"random": "", "even": " even", "skewed": " skew90"}[self.kind]
 
     def text(self) -> str:
-        return f"{self.set:<8}{self.op:<15}{self.shape_text():<14}{self.dtype:<5}{self.grouping_text():<19}"
+        return f"{self.set:<10}{self.op:<18}{self.shape_text():<14}{self.dtype:<5}{self.grouping_text():<19}"
 
     def fields(self) -> dict:  # the case in the JSON's verify and errors entries
         named = {"set": self.set, "op": self.op, "shape": self.shape_text(), "dtype": self.dtype, "groups": self.groups}
-        return named | {"groups_kind": self.kind, "scaling": self.scaling or None}
+        return named | {"groups_kind": self.kind, "scaling": self.scaling or None, "format": self.format}
 
 
 def plan(a) -> list[Case]:
@@ -125,6 +140,16 @@ def plan(a) -> list[Case]:
         elif s == "dtypes":
             for dtype in DTYPES:
                 add(s, SPLIT_SHAPE, dtype, [("dense", 0)], ("fused", "rowwise", "colwise"))
+        elif s == "blockwise":
+            for M, K in BLOCKWISE_SHAPES:
+                ops = ("fused", "copy", "torchao_blockwise", "rowwise", "colwise")
+                cases += [Case(s, op, M, K, a.dtype, format=BLOCKWISE) for op in ops]
+                cases.append(Case(s, "fused", M, K, a.dtype, "random", BLOCKWISE_GROUPS, format=BLOCKWISE))
+            w = [
+                Case(s, "weight", N, K, a.dtype, experts=G, scaling="128x128", format=BLOCKWISE)
+                for G, N, K in BLOCKWISE_WEIGHTS
+            ]
+            cases += w
         elif s == "routed":
             cases += [
                 Case(s, op, T, K, "bf16", kind, E, top_k=k)
@@ -157,12 +182,13 @@ def splitmix(seed: int):
     return uniform
 
 
-def group_offsets(kind: str, M: int, G: int, seed: int) -> list[int]:
-    """G cumulative end offsets, 32-multiple groups. random: at least one empty group (G >= 2) and an uncovered
-    tail; even: near-equal groups covering M; skewed: one random group holds 90% of M, the others random sizes."""
-    units = M // 32
+def group_offsets(kind: str, M: int, G: int, seed: int, align: int = 32) -> list[int]:
+    """G cumulative end offsets, groups multiples of `align` (the format's block: 32, or 128 for FP8 blockwise).
+    random: at least one empty group (G >= 2) and an uncovered tail; even: near-equal groups covering M; skewed: one
+    random group holds 90% of M, the others random sizes."""
+    units = M // align
     if kind == "even":
-        return [(g + 1) * M // G // 32 * 32 if g + 1 < G else M for g in range(G)]
+        return [(g + 1) * M // G // align * align if g + 1 < G else M for g in range(G)]
     if kind == "random":
         uniform = splitmix((seed + G) ^ 0xA11CE)
         covered = units - (uniform(1, max(1, units // 8)) if units >= 2 else 0)
@@ -170,14 +196,14 @@ def group_offsets(kind: str, M: int, G: int, seed: int) -> list[int]:
         if G >= 2 and ends[0] != 0 and all(ends[g] != ends[g - 1] for g in range(1, G)):
             g = uniform(1, G - 1)  # make group g empty
             ends[g - 1] = ends[g]
-        return [32 * e for e in ends]
+        return [align * e for e in ends]
     uniform = splitmix((seed + G) ^ 0x5CE3)
     big = units if G == 1 else min(math.floor(0.9 * units + 0.5), units)
     big_group = uniform(0, G - 1)
     cuts = sorted(uniform(0, units - big) for _ in range(G - 2)) + [units - big]
     sizes = [b - a for a, b in zip([0, *cuts], cuts)]
     sizes.insert(big_group, big)
-    return [32 * e for e in itertools.accumulate(sizes)]
+    return [align * e for e in itertools.accumulate(sizes)]
 
 
 # ---- bytes ----
@@ -188,11 +214,15 @@ def traffic(op: str, z: Sizes) -> tuple[int, int]:
     (docs/numerics.md §7). composed: the rowwise kernel, the colwise kernel writing plain S_col (K, M/32) to its
     workspace, the swizzle reading it back and writing s_col. dequantize: q_row and s_row (dense) or q_col and
     K-groups s_col (grouped) in, bf16 out. weight: W in, both axes and both per-expert scale tensors out (either
-    scaling). copy: x's bytes in and out."""
+    scaling). copy: x's bytes in and out. The scale tensors are the format's: MXFP8's E8M0 bytes, or FP8
+    blockwise's fp32 factors (4 B per 128 elements on each axis: bf16 x moves 2 + 2 + 8/128 B an element fused).
+    torchao_blockwise: torchao's lhs and transposed-lhs quantizers give the fused op's four outputs, counted as the
+    fused op's bytes (its two kernels read x twice), so its TB/s compares times with fused."""
     return {
         "rowwise": (z.x, z.q + z.s_row),
         "colwise": (z.x, z.q + z.s_col),
         "fused": (z.x, 2 * z.q + z.s_row + z.s_col),
+        "torchao_blockwise": (z.x, 2 * z.q + z.s_row + z.s_col),
         "weight": (z.x, 2 * z.q + z.s_row + z.s_col),
         "composed": (2 * z.x + z.plain, 2 * z.q + z.s_row + z.plain + z.s_col),
         "dequantize": (z.q + (z.s_col if z.groups else z.s_row), 2 * z.q),
@@ -202,12 +232,13 @@ def traffic(op: str, z: Sizes) -> tuple[int, int]:
 
 def meta_outputs(c: Case) -> dict:
     """The op's four outputs as meta tensors: the allocations' dtypes, shapes and strides, from the op's Meta impl."""
+    block, mode, *fmt = c.quant_args
     if c.op == "weight":
-        w = torch.empty(c.experts, c.M, c.K, dtype=DTYPES[c.dtype], device="meta")
-        return dict(zip(NAMES, torch.ops.mxq.quantize_weight.default(w, "rceil", c.scaling, True, True)))
+        w = torch.empty(c.weight_shape, dtype=DTYPES[c.dtype], device="meta")
+        return dict(zip(NAMES, torch.ops.mxq.quantize_weight.default(w, mode, c.scaling, True, True, *fmt)))
     x = torch.empty(c.M, c.K, dtype=DTYPES[c.dtype], device="meta")
     offs = torch.empty(c.groups, dtype=torch.int32, device="meta") if c.groups else None
-    return dict(zip(NAMES, torch.ops.mxq.quantize.default(x, 32, "rceil", offs)))
+    return dict(zip(NAMES, torch.ops.mxq.quantize.default(x, block, mode, offs, *fmt)))
 
 
 def routed_meta(c: Case) -> tuple[dict, list]:
@@ -272,7 +303,7 @@ class Workspace:
     largest group count of its cases. quantize_weight has no out= form: its outputs come from the graph's pool."""
 
     def __init__(self, c: Case, max_groups: int, l2: int, seed: int):
-        n, shape = c.elements, (c.experts, c.M, c.K) if c.op == "weight" else (c.M, c.K)
+        n, shape = c.elements, c.weight_shape if c.op == "weight" else (c.M, c.K)
         self.sets = max(2, -(-2 * l2 // n))
         self.x = [random_input(n // c.K, c.K, c.dtype, seed + i).view(shape) for i in range(self.sets)]
         self.out, self.copies = [], []  # copies: the copy row's destinations, made when a case asks (copy_dst)
@@ -375,16 +406,38 @@ def torchao_pipeline():
     return pipeline, None, note
 
 
+@functools.cache
+def torchao_blockwise():
+    """(kernels, None, note): torchao's FP8 blockwise Triton quantizers (torchao.prototype.blockwise_fp8_training
+    .kernels, 0.18: triton_fp8_blockwise_act_quant_lhs and _transposed_lhs, the pair that gives the fused op's four
+    outputs), or (None, why they cannot run, None)."""
+    try:
+        import torchao
+        from torchao.prototype.blockwise_fp8_training import kernels
+    except Exception as e:  # noqa: BLE001 (absent, or an incompatible build)
+        return None, f"torchao is not importable ({type(e).__name__}: {e})", None
+    return kernels, None, f"torchao {torchao.__version__}"
+
+
+def torchao_blockwise_op(x: torch.Tensor) -> tuple:
+    """torchao's FP8 blockwise quantization of both axes: (q_row, d_row) by the lhs kernel, (q_col as the (K, M)
+    array, d_col) by the transposed-lhs kernel; rule fp32 (amax / 448), as mxq's "fp32"."""
+    ao = torchao_blockwise()[0]
+    return (*ao.triton_fp8_blockwise_act_quant_lhs(x, 128), *ao.triton_fp8_blockwise_act_quant_transposed_lhs(x, 128))
+
+
 def skip_unavailable(cases: list[Case]) -> tuple[list[Case], list[dict]]:
     """The cases that can run, and a record (printed, and kept in the JSON's `skipped`) of each that cannot:
-    routed_torchao without a usable torchao."""
-    _, why, note = torchao_pipeline() if any(c.op == "routed_torchao" for c in cases) else (None, None, None)
-    if note:
-        print(f"routed_torchao: {note}")
-    skipped = [c.fields() | {"reason": why} for c in cases if why and c.op == "routed_torchao"]
+    routed_torchao and torchao_blockwise without a usable torchao."""
+    why = {}
+    for op, probe in (("routed_torchao", torchao_pipeline), ("torchao_blockwise", torchao_blockwise)):
+        _, why[op], note = probe() if any(c.op == op for c in cases) else (None, None, None)
+        if note:
+            print(f"{op}: {note}")
+    skipped = [c.fields() | {"reason": why[c.op]} for c in cases if why.get(c.op)]
     for r in skipped:
         print(f"SKIPPED: {r['set']} {r['op']} {r['shape']} {r['groups_kind']} E={r['groups']}: {r['reason']}")
-    return [c for c in cases if not (why and c.op == "routed_torchao")], skipped
+    return [c for c in cases if not why.get(c.op)], skipped
 
 
 def routed_op(op: str, x, ws: RoutedWorkspace, E: int, scaled: bool = False):
@@ -408,11 +461,13 @@ def copy_into(x: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 
 def make_call(c: Case, ws: Workspace, offs):
     """One call of c's op on rotation set i, into the set's buffers where the op has an out= form."""
-    ops, x = torch.ops.mxq, ws.x
+    ops, x, (block, mode, *fmt) = torch.ops.mxq, ws.x, c.quant_args
     if c.set == "routed":
         return lambda i: routed_op(c.op, x[i], ws, c.groups)
     if c.op == "weight":
-        return lambda i: ops.quantize_weight.default(x[i], "rceil", c.scaling, True, True)
+        return lambda i: ops.quantize_weight.default(x[i], mode, c.scaling, True, True, *fmt)
+    if c.op == "torchao_blockwise":
+        return lambda i: torchao_blockwise_op(x[i])
     if c.op == "composed":
         return lambda i: ops.quantize_composed.default(x[i], 32, "rceil", offs)
     if c.op == "copy":
@@ -423,7 +478,7 @@ def make_call(c: Case, ws: Workspace, offs):
     if c.op == "dequantize":  # the wgrad operand
         return lambda i: ops.dequantize.default(outs[i]["q_col"].t(), outs[i]["s_col"], offs, "k_groups")
     kw = [{k: o[k] for k in AXES[c.op]} for o in outs]
-    return lambda i: ops.quantize.out(x[i], 32, "rceil", offs, **kw[i])
+    return lambda i: ops.quantize.out(x[i], block, mode, offs, *fmt, **kw[i])
 
 
 # ---- graphs, rounds, roof ----
@@ -544,20 +599,29 @@ def mismatches(a: torch.Tensor, b: torch.Tensor, strides: bool = True) -> int:
 def run_op(op: str, c: Case, x: torch.Tensor, offs, fused: dict | None = None, grouped: bool | None = None) -> dict:
     """c's op on x, CUDA or CPU (the CPU dispatch is the bit-exact reference); out= forms into poisoned outputs.
     dequantize reads `fused`: q_row, s_row, or when `grouped` (default: offs given) q_col, s_col."""
-    ops = torch.ops.mxq
+    ops, (block, mode, *fmt) = torch.ops.mxq, c.quant_args
     if op in AXES:
-        meta = ops.quantize.default(x.to("meta"), 32, "rceil", None if offs is None else offs.to("meta"))
+        meta = ops.quantize.default(x.to("meta"), block, mode, None if offs is None else offs.to("meta"), *fmt)
         out = {k: torch.empty_strided(m.shape, m.stride(), dtype=m.dtype, device=x.device) for k, m in zip(NAMES, meta)}
-        out = {k: t.view(torch.uint8).fill_(POISON).view(t.dtype) for k, t in out.items() if k in AXES[op]}
-        ops.quantize.out(x, 32, "rceil", offs, **out)
+        out = {k: poisoned(t) for k, t in out.items() if k in AXES[op]}
+        ops.quantize.out(x, block, mode, offs, *fmt, **out)
         return out
+    if op == "torchao_blockwise":
+        return dict(zip(("q_row", "s_row", "q_col_t", "s_col"), torchao_blockwise_op(x)))
     if op in ("composed", "weight"):
-        args = (x, 32, "rceil", offs) if op == "composed" else (x, "rceil", c.scaling, True, True)
+        args = (x, block, mode, offs) if op == "composed" else (x, mode, c.scaling, True, True, *fmt)
         return dict(zip(NAMES, getattr(ops, "quantize_" + op).default(*args)))
     if offs is not None if grouped is None else grouped:  # the wgrad operand
         layout = "blocked" if offs is None else "k_groups"
         return {"out": ops.dequantize.default(fused["q_col"].t(), fused["s_col"], offs, layout)}
     return {"out": ops.dequantize.default(fused["q_row"], fused["s_row"], None, "blocked")}
+
+
+def poisoned(t: torch.Tensor) -> torch.Tensor:
+    """t with every byte of its storage POISON (through the storage: FP8 blockwise's factors are (1, M)-strided fp32,
+    which no uint8 view of t can cover)."""
+    torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).fill_(POISON)
+    return t
 
 
 def unblock(s: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
@@ -566,7 +630,10 @@ def unblock(s: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def plain_scales(name: str, s: torch.Tensor, M: int, K: int, offs: list | None) -> torch.Tensor:
-    """S_row (M, K/32) or S_col (K, covered tokens / 32) from a blocked, M-groups or K-groups allocation (§6)."""
+    """S_row (M, K/32) or S_col (K, covered tokens / 32) from a blocked, M-groups or K-groups allocation (§6). FP8
+    blockwise's fp32 factors are plain matrices already, grouped or not: returned as they are."""
+    if s.dtype == torch.float32:
+        return s.cpu()
     s, rows, pieces, start, prev = s.cpu().view(torch.uint8).reshape(-1), roundup(K, 128), [], 0, 0
     if name == "s_row":
         p = unblock(s, s.numel() // roundup(K // 32, 4), roundup(K // 32, 4))
@@ -585,19 +652,22 @@ def band(name: str, t: torch.Tensor, rows: tuple, M: int, K: int, offs, cover: i
     """Rows [a, b) of an output of x (M, K) on the CPU, scales as plain matrices; s_col and the grouped dequantize
     output (K, M) only up to `cover`, the end of the covered tokens (the tail has no colwise scales)."""
     a, b = rows
-    end = max(a, min(b, cover))
+    end, block = max(a, min(b, cover)), 128 if t.dtype == torch.float32 else 32  # FP8 blockwise: fp32, 128
     if name in ("s_row", "s_col"):
         p = plain_scales(name, t, M, K, offs)
-        return p[a:b] if name == "s_row" else p[:, a // 32 : end // 32]
+        return p[a:b] if name == "s_row" else p[:, a // block : end // block]
     return (t[:, a:end] if name == "out" and grouped else t[a:b]).cpu()
 
 
 def verify_block(block: list[Case], ws: Workspace, offs, offs_list: list | None) -> list[dict]:
     """The block's GPU outputs against the same ops on the CPU: every byte up to FULL_CHECK_ELEMENTS; above, the
     first and last BAND_ROWS rows (weights: experts) against the CPU ops on those rows (scales compared as plain
-    matrices), and every byte of rowwise, colwise and composed against fused on the device. copy == x's bytes."""
+    matrices), and every byte of rowwise, colwise and composed against fused on the device. copy == x's bytes.
+    torchao_blockwise: its four outputs == mxq's fused ones on the device, every byte (finite inputs: the same rule).
+    A 2-D weight (FP8 blockwise, G = 1) is checked whole."""
     c0, x, ops, records = block[0], ws.x[0], [c.op for c in block], []
-    full, grouped = c0.elements <= FULL_CHECK_ELEMENTS, offs is not None
+    two_d = c0.op == "weight" and x.dim() == 2
+    full, grouped = c0.elements <= FULL_CHECK_ELEMENTS or two_d, offs is not None
 
     def record(op: str, check: str, pairs: list, strides: bool = True) -> None:
         bad, nbytes = sum(mismatches(r, t, strides) for r, t in pairs), sum(r.nbytes for r, _ in pairs)
@@ -606,13 +676,19 @@ def verify_block(block: list[Case], ws: Workspace, offs, offs_list: list | None)
     if "copy" in ops:
         got = copy_into(x, torch.full((x.nbytes,), POISON, dtype=torch.uint8, device=x.device))
         record("copy", "== x (device)", [(x.reshape(-1).view(torch.uint8), got.view(torch.uint8))])
-    needs_fused = c0.op != "weight" and ("dequantize" in ops or not full)
+    needs_fused = c0.op != "weight" and bool({"fused", "dequantize", "torchao_blockwise"} & set(ops) or not full)
     gpu_fused = run_op("fused", c0, x, offs) if needs_fused else None
-    gpu = {op: gpu_fused if op == "fused" else run_op(op, c0, x, offs, gpu_fused) for op in ops if op != "copy"}
+    if "torchao_blockwise" in ops:
+        ao, f = run_op("torchao_blockwise", c0, x, offs), gpu_fused
+        pairs = [(f["q_row"], ao["q_row"]), (f["s_row"], ao["s_row"]), (f["q_col"].t(), ao["q_col_t"])]
+        record("torchao_blockwise", "== fused (device)", [*pairs, (f["s_col"], ao["s_col"])])
+    skip = ("copy", "torchao_blockwise")
+    gpu = {op: gpu_fused if op == "fused" else run_op(op, c0, x, offs, gpu_fused) for op in ops if op not in skip}
     for op in set(gpu) & {"rowwise", "colwise", "composed"} if not full else ():
         record(op, "== fused (device)", [(gpu_fused[k], gpu[op][k]) for k in gpu[op]])
-    last = c0.experts if c0.op == "weight" else c0.M
-    n, cover = min(last, 1 if c0.op == "weight" else BAND_ROWS), (offs_list or [c0.M])[-1]
+    last = c0.experts if c0.op == "weight" and not two_d else c0.M
+    n = min(last, 1 if c0.op == "weight" else BAND_ROWS)
+    cover = c0.M if c0.blockwise else (offs_list or [c0.M])[-1]  # FP8 blockwise quantizes the tail on both axes
     xs = {(a, b): x[a:b].cpu() for a, b in ([(0, last)] if full else {(0, n), (last - n, last)})}
     for op, g in gpu.items():
         pairs = []
@@ -625,7 +701,7 @@ def verify_block(block: list[Case], ws: Workspace, offs, offs_list: list | None)
                     continue
                 mine = band(k, r, (0, b - a), b - a, c0.K, None, min(b, cover) - a, grouped)
                 pairs.append((mine, band(k, g[k], (a, b), c0.M, c0.K, offs_list, cover, grouped)))
-        unit = "experts" if c0.op == "weight" else "rows"
+        unit = "experts" if c0.op == "weight" and not two_d else "rows"
         record(op, "== cpu" if full else f"== cpu (first and last {n} {unit})", pairs, full)
     return records
 
@@ -751,10 +827,12 @@ def capture_all(a, cases: list[Case], l2: int) -> tuple[list, list, list, dict]:
                 print(f"-- {c0.shape_text()} {c0.dtype}: {ws.sets} buffer sets of {fmt_bytes(ws.x[0].nbytes)} input")
             if c0.set != "routed":
                 ws = workspaces[c0.key]
-                offs_list = group_offsets(c0.kind, c0.M, c0.groups, a.seed) if c0.groups else None
+                align = 128 if c0.blockwise else 32
+                offs_list = group_offsets(c0.kind, c0.M, c0.groups, a.seed, align) if c0.groups else None
                 offs = torch.tensor(offs_list, dtype=torch.int32, device="cuda") if offs_list else None
                 if offs_list:
-                    offs_record[f"{c0.M}x{c0.K}/{c0.groups}" + f"-{c0.kind}" * (c0.kind != "random")] = offs_list
+                    name = f"{c0.M}x{c0.K}/{c0.groups}" + f"-{c0.kind}" * (c0.kind != "random")
+                    offs_record[name + f"/{c0.format}" * c0.blockwise] = offs_list
                 checks = verify_block(block, ws, offs, offs_list) if a.verify else []
             if a.verify:
                 verify += checks
@@ -810,6 +888,10 @@ def run_bench(a, cases: list[Case], mxq) -> int:
     method |= {"full_check_elements": FULL_CHECK_ELEMENTS, "band_rows": BAND_ROWS, "described": "benchmarks/README.md"}
     if any(c.op == "routed_torchao" for c in cases):
         method["torchao"] = torchao_pipeline()[2]
+    if any(c.op == "torchao_blockwise" for c in cases):
+        method["torchao_blockwise"] = torchao_blockwise()[2]
+    if "blockwise" in a.sets:
+        method["blockwise_scaling_mode"] = BLOCKWISE_MODE
     doc = {"schema": SCHEMA, "date": now(), "commit": commit(), "mxq": str(Path(mxq.__file__).parent), "gpu": gpu}
     doc |= {"sets": a.sets, "method": method, "roof": roof, "rows": [r for _, r in results], "verify": verify}
     doc |= {"routed_targets": routed_targets(results) if "routed" in a.sets else [], "skipped": skipped}
@@ -829,7 +911,9 @@ def make_row(t: Timed, roof: list[dict]) -> dict:
     us, p = statistics.median(t.samples), pick_roof(roof, read + written)
     align = next(n for n in (128, 64, 32) if c.M % n == 0 and c.K % n == 0)
     row = {"set": c.set, "op": c.op, "M": max(c.experts, 1) * c.M, "K": c.K, "dtype": c.dtype, "groups": c.groups}
-    row |= {"groups_kind": c.kind, "align": align, "aligned128": align == 128}
+    row |= {"groups_kind": c.kind, "align": align, "aligned128": align == 128, "format": c.format}
+    if c.blockwise:
+        row["scaling_mode"] = BLOCKWISE_MODE
     if c.neighbour:
         row["neighbour"] = {"M": c.neighbour[0], "K": c.neighbour[1]}
     if c.op == "weight":
@@ -879,7 +963,9 @@ def cell(row: dict | None, key: str, spec: str) -> str:
 
 
 SET_COLUMNS = {"main": ["dtype", "groups"], "ragged": ["align"], "grouped": ["groups"], "dtypes": ["dtype"]}
+SET_COLUMNS["blockwise"] = ["groups"]
 SET_EXTRAS = {"ragged": ["TB/s vs aligned"], "grouped": ["TB/s vs dense", "skew vs even"], "dtypes": ["time vs bf16"]}
+SET_EXTRAS["blockwise"] = ["torchao / mxq time", "% of copy row"]
 
 
 def set_table(results: list, s: str) -> str:
@@ -898,6 +984,14 @@ def set_table(results: list, s: str) -> str:
             cells += [ratio(r, partner(results, c, kind="dense", groups=0), "TBps"), ratio(r, even, "TBps")]
         elif s == "dtypes":
             cells.append(ratio(r, partner(results, c, dtype="bf16"), "us"))
+        elif s == "blockwise":  # the dense fused row: torchao's two kernels on the same x, and the shape's copy row
+            dense = c.op == "fused" and c.kind == "dense"
+            ao, copy = (
+                dense and partner(results, c, op="torchao_blockwise"),
+                partner(results, c, op="copy", kind="dense", groups=0),
+            )
+            share = f"{100 * r['effective_TBps'] / copy['TBps']:.1f}" if c.op == "fused" and copy else ""
+            cells += [ratio(ao, r, "us") if dense else "", share]
         body.append(cells)
     header = ["op", "shape", *columns, "us", "moved", "TB/s", "% roof", "eff. TB/s", *SET_EXTRAS.get(s, [])]
     return md_table(header, body)

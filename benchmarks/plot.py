@@ -8,7 +8,8 @@
 
 Panels: the main set's dense two-axis quantization per shape and its grouped one per shape and G (fused and
 composed at effective TB/s: the fused bytes over the time, as the peers are quoted), its single-axis ops and
-dequantize (own bytes); then one panel per other set of the run. The black tick over a group is the same-run copy
+dequantize (own bytes); then one panel per other set of the run (the blockwise set: FP8 blockwise against torchao's
+Triton quantizers). The black tick over a group is the same-run copy
 roof, the dotted one the copy row (x's bytes by a copy kernel: the shape's own ceiling). --compare also reads the
 `mxq bench` files (mxq-bench/2). Drawing needs matplotlib (pip install matplotlib); --compare does not.
 """
@@ -64,11 +65,14 @@ COLORS = {
     "mxq routed, scaled": "#5a9bd4",
     "gather + pad + mxq": "#b0b0b0",
     "torchao pipeline": "#e3893b",
+    "torchao blockwise (lhs + transposed lhs)": "#e3893b",
+    "128x128": "#1f6fb4",
 }
 SERIES = {"fused": "mxq fused", "composed": "mxq composed", "rowwise": "rowwise", "colwise": "colwise"}
 SERIES |= {"dequantize": "dequantize", "copy": "copy"}
 ROUTED = {"routed": "mxq routed (fused)", "routed_scaled": "mxq routed, scaled", "routed_unfused": "gather + pad + mxq"}
 SERIES |= ROUTED | {"routed_torchao": "torchao pipeline"}
+SERIES["torchao_blockwise"] = "torchao blockwise (lhs + transposed lhs)"
 ORDER = [
     "mxq fused",
     "mxq composed",
@@ -80,6 +84,8 @@ ORDER = [
     "32x32",
     *ROUTED.values(),
     "torchao pipeline",
+    "torchao blockwise (lhs + transposed lhs)",
+    "128x128",
 ]
 SINGLE = ("rowwise", "colwise", "dequantize")
 EFFECTIVE = "effective TB/s (fused bytes / time)"
@@ -210,6 +216,24 @@ def panels(rows: list[dict], peers: bool) -> list[tuple]:
             EFFECTIVE,
         ),
     ]
+    blockwise = [r for r in rows if r["set"] == "blockwise"]
+    found.append(
+        (
+            f"FP8 blockwise (1x128 / 128x1 blocks, fp32 factors, rule {blockwise[0].get('scaling_mode', 'fp32')}), "
+            f"{blockwise[0]['dtype']} in: fused vs torchao's two Triton kernels (fused bytes / time), one axis, "
+            "grouped G=8, weights in 128x128 tiles"
+            if blockwise
+            else "",
+            of(
+                blockwise,
+                lambda r: (
+                    f"W {r['experts']}x{r['N']}x{r['K']}" if r["op"] == "weight" else shape(r) + f"\n{grouping(r)}"
+                ),
+                ("fused", "torchao_blockwise", "rowwise", "colwise", "copy", "weight"),
+            ),
+            "TB/s (fused, torchao: fused bytes / time)",
+        )
+    )
     return [p for p in found if any(set(g) & set(ORDER) for g in p[1].values())]
 
 

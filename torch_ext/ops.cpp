@@ -7,23 +7,31 @@
 //                              (a pair left out skips its axis; no allocation)
 //   quantize_rowwise(x)     -> (q_row, s_row)                 mxq::quantize, colwise pair null
 //   quantize_colwise(x)     -> (q_col, s_col)                 mxq::quantize, rowwise pair null
-//   quantize_composed(x)    -> (q_row, s_row, q_col, s_col)   mxq::quantize_composed (baseline)
-//   dequantize(q, scales, offs, layout) -> bf16 (rows, cols); layout "blocked", "m_groups" (q_row
+//   quantize_composed(x)    -> (q_row, s_row, q_col, s_col)   mxq::quantize_composed (baseline;
+//                              MXFP8 only)
+//   dequantize(q, scales, offs, layout, format) -> bf16 (rows, cols); layout "blocked", "m_groups" (q_row
 //                              with grouped s_row) or "k_groups" (q_col.t() with grouped s_col)
 //   validate_offs(offs, M)  -> ()                            synchronizing offs checker
-//   quantize_routed(x, index, counts, scale, scaling_mode, rowwise, colwise)
+//   quantize_routed(x, index, counts, scale, scaling_mode, rowwise, colwise, format)
 //                           -> (q_row, s_row, q_col, s_col, offs_p, dest)   mxq::quantize_routed
-//   quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
+//   quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise, format)
 //                           -> (q_row, s_row, q_col, s_col)   mxq::quantize_weight (expert weights)
-// Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs).
+// Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs,
+// str format="mxfp8"); every op names its block format last, "mxfp8" (the default, so calls
+// written before FP8 blockwise keep their meaning) or "fp8_blockwise" (block_size 128).
 //
-// Outputs (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, shapes from
+// Outputs (docs/numerics.md §5-§6, §13), x bf16, fp16 or fp32 (M, K) contiguous, shapes from
 // include/mxq/layout.h:
 //   q_row  float8_e4m3fn   (M, K), contiguous
 //   s_row  float8_e8m0fnu  s_row_shape(M, K, G): blocked, or the M-groups layout with offs
+//          float32         FP8 blockwise: factor_shape(M, K) = (M, K/128), strides (1, M), with
+//                          offs too (a group's factors are a slice)
 //   q_col  float8_e4m3fn   logical (M, K), strides (1, M): the row-major (K, M) array the kernels
 //                          write (row k = column k of x); q_col.t() is that array, contiguous
 //   s_col  float8_e8m0fnu  s_col_shape(M, K, G): blocked, or the K-groups layout with offs
+//          float32         FP8 blockwise: factor_shape(K, M) = (K, M/128), strides (1, K)
+// FP8 blockwise's factors are what torch.nn.functional.scaled_mm's BlockWise1x128 takes as they
+// are: s_row with q_row (the forward's and dgrad's left operand), s_col with q_col.t() (wgrad's).
 //
 // Dispatch: one impl per op (a Meta instance of it makes no core call). It checks what only the torch layer can see
 // (dtype, rank, contiguity, devices), allocates (empty_output: CUDA-graph capturable) from the
@@ -158,6 +166,50 @@ void check_known_sizes(const char* op, Check check, std::initializer_list<SymInt
   call_core(op, [&] { check(v[0], v[1], v[2]); });
 }
 
+// ---- the block format and its options ----
+
+// What the torch layer needs of a block format (include/mxq/format.h).
+struct FormatSpec {
+  Format format;
+  const char* name;           // the schemas' string
+  int64_t block;              // elements per scale block: block_size of the quantize ops
+  at::ScalarType scale_type;  // E8M0 bytes, or fp32 factors
+  bool outer_major;           // scales stored outer dimension fastest (strides (1, rows))
+};
+
+constexpr FormatSpec kMxfp8Spec{Format::kMxfp8, "mxfp8", Mxfp8::kBlock, at::kFloat8_e8m0fnu, false};
+constexpr FormatSpec kBlockwiseSpec{Format::kFp8Blockwise, "fp8_blockwise", Fp8Blockwise::kBlock,
+                                    at::kFloat, true};
+
+FormatSpec check_format(const char* op, c10::string_view name) {
+  TORCH_CHECK_VALUE(name == "mxfp8" || name == "fp8_blockwise", op,
+                    ": format must be \"mxfp8\" or \"fp8_blockwise\", got \"", name, "\"");
+  return name == "mxfp8" ? kMxfp8Spec : kBlockwiseSpec;
+}
+
+// The scale rules a format takes (docs/numerics.md §3, §13): MXFP8 "rceil" or "floor" (its
+// messages unchanged from before FP8 blockwise), FP8 blockwise "fp32" or "rceil". Checked here, not
+// by the core, so the Meta instance refuses what the op refuses.
+ScalingMode check_scaling_mode(const char* op, c10::string_view name, const FormatSpec& f) {
+  if (f.format == Format::kMxfp8) {
+    TORCH_CHECK_VALUE(
+        name == "rceil" || name == "floor", op,
+        ": scaling_mode must be \"rceil\" or \"floor\", got \"", name, "\"",
+        name == "fp32" ? " (\"fp32\" is FP8 blockwise's rule: format=\"fp8_blockwise\")" : "");
+    return name == "rceil" ? ScalingMode::kRceil : ScalingMode::kFloor;
+  }
+  TORCH_CHECK_VALUE(name == "fp32" || name == "rceil", op,
+                    ": scaling_mode must be \"fp32\" or \"rceil\" for format \"", f.name,
+                    "\", got \"", name, "\"");
+  return name == "fp32" ? ScalingMode::kFp32 : ScalingMode::kRceil;
+}
+
+// A scale output: MXFP8's blocked bytes are contiguous, FP8 blockwise's factors outer-major.
+Tensor scale_output(const Tensor& like, const FormatSpec& f, const std::array<SymInt, 2>& sizes) {
+  if (!f.outer_major) return empty_output(like, sizes, f.scale_type);
+  return empty_output(like, sizes, f.scale_type, {SymInt(1), sizes[0]});
+}
+
 // ---- quantize ----
 
 std::optional<DType> input_dtype(at::ScalarType t) {
@@ -186,6 +238,7 @@ struct Outputs {
 // from layout.h: q_col has the logical (M, K) of q_row, strides (1, M) over the physical (K, M) array.
 struct QuantizeCall {
   DType dtype;
+  FormatSpec format;
   ScalingMode scaling_mode;
   std::array<SymInt, 2> q, s_row, s_col;  // q: (M, K), the logical shape of q_row and of q_col
 };
@@ -204,21 +257,34 @@ DType check_x(const char* op, const Tensor& x, const char* shape) {
 }
 
 QuantizeCall check_quantize_input(const char* op, const Tensor& x, int64_t block_size,
-                                  c10::string_view scaling_mode, const OptTensor& offs) {
+                                  c10::string_view scaling_mode, const OptTensor& offs,
+                                  c10::string_view format) {
   const DType dtype = check_x(op, x, "(M, K)");
-  TORCH_CHECK_VALUE(block_size == kBlock, op, ": block_size must be ", kBlock, ", got ",
-                    block_size);
-  ScalingMode mode = ScalingMode::kRceil;
-  call_core(op, [&] { mode = parse_scaling_mode(std::string(scaling_mode)); });
+  const FormatSpec f = check_format(op, format);
+  if (f.format == Format::kMxfp8) {
+    TORCH_CHECK_VALUE(block_size == f.block, op, ": block_size must be ", f.block, ", got ",
+                      block_size);
+  } else {
+    TORCH_CHECK_VALUE(block_size == f.block, op, ": block_size must be ", f.block, " for format \"",
+                      f.name, "\", got ", block_size);
+  }
+  const ScalingMode mode = check_scaling_mode(op, scaling_mode, f);
   check_offs(op, offs, x, "x");
 
   const SymInt M = x.sym_size(0), K = x.sym_size(1);
   const bool grouped = offs.has_value();
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
-  check_known_sizes(op, check_sizes, {M, K, grouped ? G : SymInt(-1)});
+  check_known_sizes(op, [&](int64_t m, int64_t k, int64_t g) { check_sizes(m, k, g, f.format); },
+                    {M, K, grouped ? G : SymInt(-1)});
+  if (f.format == Format::kFp8Blockwise) {
+    // The factors of grouped mode are the dense ones (each group's a slice): no G in the shapes.
+    const auto s_row = factor_shape(M, K);
+    const auto s_col = factor_shape(K, M);
+    return {dtype, f, mode, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
+  }
   const auto s_row = s_row_shape(M, K, G, grouped);
   const auto s_col = s_col_shape(M, K, G, grouped);
-  return {dtype, mode, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
+  return {dtype, f, mode, {M, K}, {s_row.rows, s_row.cols}, {s_col.rows, s_col.cols}};
 }
 
 // One core call writing the outputs present in `o` (an absent pair skips its axis).
@@ -229,6 +295,7 @@ void run_quantize(const char* op, Path path, const Tensor& x, const QuantizeCall
   p.dtype = call.dtype;
   p.M = x.size(0);
   p.K = x.size(1);
+  p.format = call.format.format;
   p.scaling_mode = call.scaling_mode;
   p.offs = offs_ptr(offs);
   p.num_groups = offs.has_value() ? offs->size(0) : 0;
@@ -258,17 +325,24 @@ void run_quantize(const char* op, Path path, const Tensor& x, const QuantizeCall
 }
 
 Outputs quantize_impl(const char* op, Path path, bool meta, const Tensor& x, int64_t block_size,
-                      c10::string_view scaling_mode, const OptTensor& offs) {
-  const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs);
+                      c10::string_view scaling_mode, const OptTensor& offs,
+                      c10::string_view format) {
+  const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs, format);
+  // The composed path is MXFP8's three-kernel baseline (rowwise, colwise, swizzle); FP8 blockwise
+  // has no scale swizzle, so there is nothing for it to compare against.
+  TORCH_CHECK_VALUE(path != Path::kComposed || call.format.format == Format::kMxfp8, op,
+                    ": format \"", call.format.name,
+                    "\" has no composed path (the three-kernel baseline is MXFP8's); use "
+                    "mxq.quantize");
   Outputs o;
   if (path != Path::kColwise) {
     o.q_row = empty_output(x, call.q, at::kFloat8_e4m3fn);
-    o.s_row = empty_output(x, call.s_row, at::kFloat8_e8m0fnu);
+    o.s_row = scale_output(x, call.format, call.s_row);
   }
   if (path != Path::kRowwise) {
     // The (K, M) storage seen as (M, K): strides (1, M), M = 0 included.
     o.q_col = empty_output(x, call.q, at::kFloat8_e4m3fn, {SymInt(1), call.q[0]});
-    o.s_col = empty_output(x, call.s_col, at::kFloat8_e8m0fnu);
+    o.s_col = scale_output(x, call.format, call.s_col);
   }
   if (!meta) run_quantize(op, path, x, call, offs, o);
   return o;
@@ -293,8 +367,11 @@ bool is_transpose_contiguous(const Tensor& t) {
          ((sizes[0] == 1 || strides[0] == 1) && (sizes[1] == 1 || strides[1] == sizes[0]));
 }
 
+// transposed: the strides (1, rows) that quantize gives q_col and FP8 blockwise's factors, named
+// in the message as `strides` ("(1, M)"); nullptr: contiguous.
 void check_output(const char* op, const char* name, const Tensor& t, const Tensor& x,
-                  at::ScalarType dtype, const std::array<SymInt, 2>& sizes, bool transposed) {
+                  at::ScalarType dtype, const std::array<SymInt, 2>& sizes,
+                  const char* transposed) {
   TORCH_CHECK_TYPE(t.scalar_type() == dtype, op, ": ", name, " must be ", torch_dtype(dtype),
                    ", got ", torch_dtype(t.scalar_type()));
   TORCH_CHECK_VALUE(t.device() == x.device(), op, ": ", name, " must be on x's device (",
@@ -305,19 +382,23 @@ void check_output(const char* op, const char* name, const Tensor& t, const Tenso
                                             .expect_true(__FILE__, __LINE__);
   TORCH_CHECK_VALUE(shape_ok, op, ": ", name, " must have shape [", sizes[0], ", ", sizes[1],
                     "], got ", t.sym_sizes());
-  TORCH_CHECK_VALUE(transposed ? is_transpose_contiguous(t) : t.is_contiguous(), op, ": ", name,
-                    transposed ? " must have strides (1, M) (q_col.t() contiguous, as quantize "
-                                 "returns it), got "
-                               : " must be contiguous, got strides ",
-                    t.sym_strides());
+  if (transposed != nullptr) {
+    TORCH_CHECK_VALUE(is_transpose_contiguous(t), op, ": ", name, " must have strides ", transposed,
+                      " (", name, ".t() contiguous, as quantize returns it), got ",
+                      t.sym_strides());
+  } else {
+    TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", name, " must be contiguous, got strides ",
+                      t.sym_strides());
+  }
 }
 
 template <bool kMeta>
 void quantize_out(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                  const OptTensor& offs, const OptTensor& q_row, const OptTensor& s_row,
-                  const OptTensor& q_col, const OptTensor& s_col) {
+                  const OptTensor& offs, c10::string_view format, const OptTensor& q_row,
+                  const OptTensor& s_row, const OptTensor& q_col, const OptTensor& s_col) {
   constexpr const char* op = "mxq.quantize";
-  const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs);
+  const QuantizeCall call = check_quantize_input(op, x, block_size, scaling_mode, offs, format);
+  const bool outer_major = call.format.outer_major;
   TORCH_CHECK_VALUE(q_row.has_value() == s_row.has_value(), op,
                     ": out must give q_row and s_row together (or neither, to skip the rowwise "
                     "axis)");
@@ -328,14 +409,16 @@ void quantize_out(const Tensor& x, int64_t block_size, c10::string_view scaling_
                     ": out must give at least one pair of outputs, got none");
   Outputs o;
   if (q_row.has_value()) {
-    check_output(op, "q_row", *q_row, x, at::kFloat8_e4m3fn, call.q, false);
-    check_output(op, "s_row", *s_row, x, at::kFloat8_e8m0fnu, call.s_row, false);
+    check_output(op, "q_row", *q_row, x, at::kFloat8_e4m3fn, call.q, nullptr);
+    check_output(op, "s_row", *s_row, x, call.format.scale_type, call.s_row,
+                 outer_major ? "(1, M)" : nullptr);
     o.q_row = *q_row;
     o.s_row = *s_row;
   }
   if (q_col.has_value()) {
-    check_output(op, "q_col", *q_col, x, at::kFloat8_e4m3fn, call.q, true);
-    check_output(op, "s_col", *s_col, x, at::kFloat8_e8m0fnu, call.s_col, false);
+    check_output(op, "q_col", *q_col, x, at::kFloat8_e4m3fn, call.q, "(1, M)");
+    check_output(op, "s_col", *s_col, x, call.format.scale_type, call.s_col,
+                 outer_major ? "(1, K)" : nullptr);
     o.q_col = *q_col;
     o.s_col = *s_col;
   }
@@ -360,32 +443,33 @@ void quantize_out(const Tensor& x, int64_t block_size, c10::string_view scaling_
 // The ops. kMeta: the Meta key's instance, which allocates and makes no core call.
 template <bool kMeta>
 Quant4 quantize(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                const OptTensor& offs) {
-  Outputs o = quantize_impl("mxq.quantize", Path::kFused, kMeta, x, block_size, scaling_mode, offs);
+                const OptTensor& offs, c10::string_view format) {
+  Outputs o =
+      quantize_impl("mxq.quantize", Path::kFused, kMeta, x, block_size, scaling_mode, offs, format);
   return {o.q_row, o.s_row, o.q_col, o.s_col};
 }
 
 template <bool kMeta>
 Quant4 quantize_composed(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                         const OptTensor& offs) {
+                         const OptTensor& offs, c10::string_view format) {
   Outputs o = quantize_impl("mxq.quantize_composed", Path::kComposed, kMeta, x, block_size,
-                            scaling_mode, offs);
+                            scaling_mode, offs, format);
   return {o.q_row, o.s_row, o.q_col, o.s_col};
 }
 
 template <bool kMeta>
 Quant2 quantize_rowwise(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                        const OptTensor& offs) {
+                        const OptTensor& offs, c10::string_view format) {
   Outputs o = quantize_impl("mxq.quantize_rowwise", Path::kRowwise, kMeta, x, block_size,
-                            scaling_mode, offs);
+                            scaling_mode, offs, format);
   return {o.q_row, o.s_row};
 }
 
 template <bool kMeta>
 Quant2 quantize_colwise(const Tensor& x, int64_t block_size, c10::string_view scaling_mode,
-                        const OptTensor& offs) {
+                        const OptTensor& offs, c10::string_view format) {
   Outputs o = quantize_impl("mxq.quantize_colwise", Path::kColwise, kMeta, x, block_size,
-                            scaling_mode, offs);
+                            scaling_mode, offs, format);
   return {o.q_col, o.s_col};
 }
 
@@ -393,8 +477,9 @@ Quant2 quantize_colwise(const Tensor& x, int64_t block_size, c10::string_view sc
 
 template <bool kMeta>
 Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
-                  c10::string_view layout_name) {
+                  c10::string_view layout_name, c10::string_view format) {
   constexpr const char* op = "mxq.dequantize";
+  const FormatSpec f = check_format(op, format);
   const ScaleLayout layout = layout_name == "blocked"    ? ScaleLayout::kBlocked
                              : layout_name == "m_groups" ? ScaleLayout::kMGroups
                                                          : ScaleLayout::kKGroups;
@@ -406,6 +491,10 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
                         ? ": the blocked layout takes no offs (pass layout=\"m_groups\" for "
                           "rowwise data or \"k_groups\" for colwise data)"
                         : ": the grouped layouts need offs");
+  // FP8 blockwise's grouped factors are a slice of the dense ones: only the blocked layout.
+  TORCH_CHECK_VALUE(f.format == Format::kMxfp8 || layout == ScaleLayout::kBlocked, op,
+                    ": format \"", f.name, "\" takes layout \"blocked\" without offs (its grouped ",
+                    "factors are a slice of the dense ones), got \"", layout_name, "\"");
   TORCH_CHECK_TYPE(q.scalar_type() == at::kFloat8_e4m3fn, op,
                    ": q must be torch.float8_e4m3fn, got ", torch_dtype(q.scalar_type()));
   TORCH_CHECK_VALUE(q.dim() == 2, op, ": q must be 2-D (rows, cols), got a ", q.dim(),
@@ -413,12 +502,20 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
   TORCH_CHECK_VALUE(q.is_contiguous(), op, ": q must be contiguous (rows, cols), got strides ",
                     q.sym_strides(), " for shape ", q.sym_sizes(),
                     "; for colwise data pass q_col.t(), the (K, M) array");
-  TORCH_CHECK_TYPE(scales.scalar_type() == at::kFloat8_e8m0fnu, op,
-                   ": scales must be torch.float8_e8m0fnu, got ",
+  TORCH_CHECK_TYPE(scales.scalar_type() == f.scale_type, op, ": scales must be ",
+                   torch_dtype(f.scale_type),
+                   f.format == Format::kMxfp8 ? "" : " for format \"fp8_blockwise\"", ", got ",
                    torch_dtype(scales.scalar_type()));
-  TORCH_CHECK_VALUE(scales.dim() == 2 && scales.is_contiguous(), op,
-                    ": scales must be a contiguous 2-D tensor, got shape ", scales.sym_sizes(),
-                    " strides ", scales.sym_strides());
+  if (f.outer_major) {
+    TORCH_CHECK_VALUE(scales.dim() == 2 && is_transpose_contiguous(scales), op,
+                      ": scales must be a 2-D tensor with strides (1, rows) (the factors quantize "
+                      "returns), got shape ",
+                      scales.sym_sizes(), " strides ", scales.sym_strides());
+  } else {
+    TORCH_CHECK_VALUE(scales.dim() == 2 && scales.is_contiguous(), op,
+                      ": scales must be a contiguous 2-D tensor, got shape ", scales.sym_sizes(),
+                      " strides ", scales.sym_strides());
+  }
   TORCH_CHECK_VALUE(scales.device() == q.device(), op, ": scales must be on q's device (",
                     q.device(), "), got ", scales.device());
   check_offs(op, offs, q, "q");
@@ -427,9 +524,12 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
   const SymInt rows = q.sym_size(0), cols = q.sym_size(1);
   const bool grouped = offs.has_value();
   const SymInt G = grouped ? offs->sym_size(0) : SymInt(0);
-  check_known_sizes(op, check_dequantize_sizes, {rows, cols, grouped ? G : SymInt(-1)});
-  const auto want = layout == ScaleLayout::kMGroups ? s_row_shape(rows, cols, G, true)
-                                                    : s_col_shape(cols, rows, G, grouped);
+  check_known_sizes(
+      op, [&](int64_t r, int64_t c, int64_t g) { check_dequantize_sizes(r, c, g, f.format); },
+      {rows, cols, grouped ? G : SymInt(-1)});
+  const auto want = f.format == Format::kFp8Blockwise ? factor_shape(rows, cols)
+                    : layout == ScaleLayout::kMGroups ? s_row_shape(rows, cols, G, true)
+                                                      : s_col_shape(cols, rows, G, grouped);
   const c10::SymBool shape_ok =
       scales.sym_size(0).sym_eq(want.rows).sym_and(scales.sym_size(1).sym_eq(want.cols));
   TORCH_CHECK_VALUE(shape_ok.expect_true(__FILE__, __LINE__), op, ": scales must have shape [",
@@ -443,6 +543,7 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
   p.scales = static_cast<const uint8_t*>(scales.const_data_ptr());
   p.rows = q.size(0);
   p.cols = q.size(1);
+  p.format = f.format;
   p.layout = layout;
   p.offs = offs_ptr(offs);
   p.num_groups = grouped ? offs->size(0) : 0;
@@ -470,10 +571,21 @@ Tensor dequantize(const Tensor& q, const Tensor& scales, const OptTensor& offs,
 // mat_b = q_col with s_col (dgrad, contraction over N); both are column-major in their last two
 // dimensions. A skipped axis (rowwise=False or colwise=False) gives empty tensors (shape (0,)) of
 // the output dtypes in its two places.
+//
+// FP8 blockwise (format "fp8_blockwise", weight_scaling "128x128", N and K multiples of 128): one
+// fp32 factor per 128x128 tile; q_row and q_col as above (q_col the per-expert transpose of q_row),
+// the factors contiguous, padding 0 (layout.h weight_factor_shape):
+//   s_row    (G, N/128, roundup(K/128, 4)) / (N/128, roundup(K/128, 4)): tile (tn, tk) at [.., tn, tk]
+//   s_col    (G, K/128, roundup(N/128, 4)) / (K/128, roundup(N/128, 4)): tile (tn, tk) at [.., tk, tn]
+// For torch.nn.functional.scaled_mm (BlockWise128x128, 2-D w): the forward takes mat_b =
+// q_row.t() with scale_b = s_row[:, :K/128].t(); dgrad takes mat_b = q_col with scale_b =
+// s_col[:, :N/128].t() (cuBLASLt's 128x128 scales: the contraction's tiles fastest, their count
+// padded to a multiple of 4).
 
 template <bool kMeta>
 Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
-                       c10::string_view weight_scaling, bool rowwise, bool colwise) {
+                       c10::string_view weight_scaling, bool rowwise, bool colwise,
+                       c10::string_view format) {
   constexpr const char* op = "mxq.quantize_weight";
   const std::optional<DType> dtype = input_dtype(w.scalar_type());
   TORCH_CHECK_TYPE(dtype.has_value(), op,
@@ -484,45 +596,77 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
                     "-D tensor of shape ", w.sym_sizes());
   TORCH_CHECK_VALUE(w.is_contiguous(), op, ": w must be contiguous (row-major), got strides ",
                     w.sym_strides(), " for shape ", w.sym_sizes());
-  ScalingMode mode = ScalingMode::kRceil;
-  WeightScaling scaling = WeightScaling::k32x32;
-  call_core(op, [&] {
-    mode = parse_scaling_mode(std::string(scaling_mode));
-    scaling = parse_weight_scaling(std::string(weight_scaling));
-  });
+  const FormatSpec f = check_format(op, format);
+  const ScalingMode mode = check_scaling_mode(op, scaling_mode, f);
+  WeightScaling scaling = WeightScaling::k128x128;
+  if (f.format == Format::kMxfp8) {
+    TORCH_CHECK_VALUE(
+        weight_scaling == "1x32" || weight_scaling == "32x32", op,
+        ": weight_scaling must be \"1x32\" or \"32x32\", got \"", weight_scaling, "\"",
+        weight_scaling == "128x128" ? " (\"128x128\" is FP8 blockwise's: format=\"fp8_blockwise\")"
+                                    : "");
+    scaling = weight_scaling == "1x32" ? WeightScaling::k1x32 : WeightScaling::k32x32;
+  } else {
+    TORCH_CHECK_VALUE(weight_scaling == "128x128", op,
+                      ": weight_scaling must be \"128x128\" for format \"", f.name, "\", got \"",
+                      weight_scaling, "\"");
+  }
   TORCH_CHECK_VALUE(rowwise || colwise, op,
                     ": at least one of rowwise and colwise must be True, got both False");
 
   const bool experts = w.dim() == 3;
   const SymInt G = experts ? w.sym_size(0) : SymInt(1);
   const SymInt N = w.sym_size(-2), K = w.sym_size(-1);
-  check_known_sizes(op, check_weight_sizes, {G, N, K});
+  check_known_sizes(op,
+                    [&](int64_t g, int64_t n, int64_t k) { check_weight_sizes(g, n, k, f.format); },
+                    {G, N, K});
   const auto skipped = [&](at::ScalarType t) { return empty_output(w, {SymInt(0)}, t); };
-  Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(at::kFloat8_e8m0fnu);
-  Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(at::kFloat8_e8m0fnu);
-  if (rowwise) {
-    if (experts) {
-      const auto s = weight_s_row_shape(G, N, K);
-      q_row = empty_output(w, {G, N, K}, at::kFloat8_e4m3fn);
-      s_row = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
-    } else {
-      const auto q = q_row_shape(N, K);
-      const auto s = s_row_shape(N, K);
-      q_row = empty_output(w, {q.rows, q.cols}, at::kFloat8_e4m3fn);
-      s_row = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+  Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(f.scale_type);
+  Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(f.scale_type);
+  if (f.format == Format::kFp8Blockwise) {
+    // Per expert, layout.h weight_factor_shape's count as the row-major (outer/128,
+    // roundup(inner/128, 4)) matrix it is.
+    const auto factors = [&](const SymInt& outer, const SymInt& inner) {
+      const SymInt rows = outer / Fp8Blockwise::kBlock;
+      const SymInt cols = round_up(inner / Fp8Blockwise::kBlock, 4);
+      return experts ? empty_output(w, {G, rows, cols}, at::kFloat)
+                     : empty_output(w, {rows, cols}, at::kFloat);
+    };
+    if (rowwise) {
+      q_row = experts ? empty_output(w, {G, N, K}, at::kFloat8_e4m3fn)
+                      : empty_output(w, {N, K}, at::kFloat8_e4m3fn);
+      s_row = factors(N, K);
     }
-  }
-  if (colwise) {
-    // Each expert's physical (K, N) array seen as its logical (N, K): strides (1, N).
-    if (experts) {
-      const auto s = weight_s_col_shape(G, N, K);
-      q_col = empty_output(w, {G, N, K}, at::kFloat8_e4m3fn, {N * K, SymInt(1), N});
-      s_col = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
-    } else {
-      const auto q = q_col_shape(N, K);
-      const auto s = s_col_shape(N, K, SymInt(0), false);
-      q_col = empty_output(w, {q.cols, q.rows}, at::kFloat8_e4m3fn, {SymInt(1), q.cols});
-      s_col = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+    if (colwise) {
+      q_col = experts ? empty_output(w, {G, N, K}, at::kFloat8_e4m3fn, {N * K, SymInt(1), N})
+                      : empty_output(w, {N, K}, at::kFloat8_e4m3fn, {SymInt(1), N});
+      s_col = factors(K, N);
+    }
+  } else {
+    if (rowwise) {
+      if (experts) {
+        const auto s = weight_s_row_shape(G, N, K);
+        q_row = empty_output(w, {G, N, K}, at::kFloat8_e4m3fn);
+        s_row = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+      } else {
+        const auto q = q_row_shape(N, K);
+        const auto s = s_row_shape(N, K);
+        q_row = empty_output(w, {q.rows, q.cols}, at::kFloat8_e4m3fn);
+        s_row = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+      }
+    }
+    if (colwise) {
+      // Each expert's physical (K, N) array seen as its logical (N, K): strides (1, N).
+      if (experts) {
+        const auto s = weight_s_col_shape(G, N, K);
+        q_col = empty_output(w, {G, N, K}, at::kFloat8_e4m3fn, {N * K, SymInt(1), N});
+        s_col = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+      } else {
+        const auto q = q_col_shape(N, K);
+        const auto s = s_col_shape(N, K, SymInt(0), false);
+        q_col = empty_output(w, {q.cols, q.rows}, at::kFloat8_e4m3fn, {SymInt(1), q.cols});
+        s_col = empty_output(w, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+      }
     }
   }
   if (kMeta) return {q_row, s_row, q_col, s_col};
@@ -533,6 +677,7 @@ Quant4 quantize_weight(const Tensor& w, c10::string_view scaling_mode,
   p.G = experts ? w.size(0) : 1;
   p.N = w.size(-2);
   p.K = w.size(-1);
+  p.format = f.format;
   p.scaling_mode = mode;
   p.scaling = scaling;
   if (rowwise) {
@@ -580,7 +725,7 @@ using Routed6 = std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor, Tensor>;
 template <bool kMeta>
 Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& counts,
                         const OptTensor& scale, c10::string_view scaling_mode, bool rowwise,
-                        bool colwise) {
+                        bool colwise, c10::string_view format) {
   constexpr const char* op = "mxq.quantize_routed";
   const DType dtype = check_x(op, x, "(T, K)");
   check_route_tensor(op, "index", index, x, {at::kInt, at::kLong}, "torch.int32 or torch.int64");
@@ -591,10 +736,11 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
     TORCH_CHECK_VALUE(n_ok, op, ": scale must have one entry per routed row (", index.sym_size(0),
                       ",), got shape ", scale->sym_sizes());
   }
-  ScalingMode mode = ScalingMode::kRceil;
-  call_core(op, [&] { mode = parse_scaling_mode(std::string(scaling_mode)); });
+  const FormatSpec f = check_format(op, format);
+  const ScalingMode mode = check_scaling_mode(op, scaling_mode, f);
   TORCH_CHECK_VALUE(rowwise || colwise, op,
                     ": at least one of rowwise and colwise must be True, got both False");
+  const bool blockwise = f.format == Format::kFp8Blockwise;
 
   const SymInt T = x.sym_size(0), K = x.sym_size(1);
   const SymInt N = index.sym_size(0), E = counts.sym_size(0);
@@ -607,21 +753,22 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
       known &= n.has_value();
       v[i++] = n.value_or(0);
     }
-    if (known) call_core(op, [&] { check_routed_sizes(v[0], v[1], v[2], v[3]); });
+    if (known) call_core(op, [&] { check_routed_sizes(v[0], v[1], v[2], v[3], f.format); });
   }
-  const SymInt Mp = padded_rows(N, E);
+  // FP8 blockwise pads every group to 128 rows; its factors are the dense layout's (quantize's).
+  const SymInt Mp = blockwise ? padded_rows<SymInt, Fp8Blockwise>(N, E) : padded_rows(N, E);
   const auto skipped = [&](at::ScalarType t) { return empty_output(x, {SymInt(0)}, t); };
-  Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(at::kFloat8_e8m0fnu);
-  Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(at::kFloat8_e8m0fnu);
+  Tensor q_row = skipped(at::kFloat8_e4m3fn), s_row = skipped(f.scale_type);
+  Tensor q_col = skipped(at::kFloat8_e4m3fn), s_col = skipped(f.scale_type);
   if (rowwise) {
-    const auto s = s_row_shape(Mp, K, E, true);
+    const auto s = blockwise ? factor_shape(Mp, K) : s_row_shape(Mp, K, E, true);
     q_row = empty_output(x, {Mp, K}, at::kFloat8_e4m3fn);
-    s_row = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+    s_row = scale_output(x, f, {s.rows, s.cols});
   }
   if (colwise) {
-    const auto s = s_col_shape(Mp, K, E, true);
+    const auto s = blockwise ? factor_shape(K, Mp) : s_col_shape(Mp, K, E, true);
     q_col = empty_output(x, {Mp, K}, at::kFloat8_e4m3fn, {SymInt(1), Mp});
-    s_col = empty_output(x, {s.rows, s.cols}, at::kFloat8_e8m0fnu);
+    s_col = scale_output(x, f, {s.rows, s.cols});
   }
   Tensor offs_p = empty_output(x, {E}, at::kInt);
   Tensor dest = empty_output(x, {N}, at::kInt);
@@ -639,6 +786,7 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
   p.counts_type = counts.scalar_type() == at::kLong ? IndexType::kInt64 : IndexType::kInt32;
   p.num_experts = counts.size(0);
   p.scale = scale.has_value() ? scale->const_data_ptr<float>() : nullptr;
+  p.format = f.format;
   p.scaling_mode = mode;
   if (rowwise) {
     p.q_row = bytes(q_row);
@@ -659,8 +807,8 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
     }
     // Stream-ordered scratch from the caching allocator (graph-capturable), as for the composed
     // path's workspace.
-    const Tensor ws =
-        empty_output(x, {SymInt(quantize_routed_workspace_bytes(p.N, p.num_experts))}, at::kByte);
+    const Tensor ws = empty_output(
+        x, {SymInt(quantize_routed_workspace_bytes(p.N, p.num_experts, p.format))}, at::kByte);
     p.workspace = ws.data_ptr();
     mxq::quantize_routed(p);
   });
@@ -692,7 +840,11 @@ void validate_offs(const Tensor& offs, int64_t M) {
 // NOTES: needs_fixed_stride_order on every op: q_col's strides (1, M) are not the default ones, and
 // every op requires contiguous inputs, so inductor must hand them over with the strides eager mode
 // sees.
-#define MXQ_QUANT_X "Tensor x, int block_size=32, str scaling_mode=\"rceil\", Tensor? offs=None"
+// `format` comes last in every schema, with the default "mxfp8": calls written before FP8
+// blockwise, positional or by name, keep their meaning.
+#define MXQ_QUANT_X                                                                  \
+  "Tensor x, int block_size=32, str scaling_mode=\"rceil\", Tensor? offs=None, str " \
+  "format=\"mxfp8\""
 #define MXQ_QUANT_ARGS "(" MXQ_QUANT_X ")"
 #define MXQ_QUANT_ARGS_OUT                                                        \
   "(" MXQ_QUANT_X                                                                 \
@@ -708,17 +860,20 @@ TORCH_LIBRARY(mxq, m) {
         tags);
   m.def("quantize_rowwise" MXQ_QUANT_ARGS " -> (Tensor q_row, Tensor s_row)", tags);
   m.def("quantize_colwise" MXQ_QUANT_ARGS " -> (Tensor q_col, Tensor s_col)", tags);
-  m.def("dequantize(Tensor q, Tensor scales, Tensor? offs=None, str layout=\"blocked\") -> Tensor",
-        tags);
+  m.def(
+      "dequantize(Tensor q, Tensor scales, Tensor? offs=None, str layout=\"blocked\", "
+      "str format=\"mxfp8\") -> Tensor",
+      tags);
   m.def("validate_offs(Tensor offs, int M) -> ()");
   m.def(
       "quantize_weight(Tensor w, str scaling_mode=\"rceil\", str weight_scaling=\"32x32\", "
-      "bool rowwise=True, bool colwise=True) "
+      "bool rowwise=True, bool colwise=True, str format=\"mxfp8\") "
       "-> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col)",
       tags);
   m.def(
       "quantize_routed(Tensor x, Tensor index, Tensor counts, Tensor? scale=None, "
-      "str scaling_mode=\"rceil\", bool rowwise=True, bool colwise=True) "
+      "str scaling_mode=\"rceil\", bool rowwise=True, bool colwise=True, "
+      "str format=\"mxfp8\") "
       "-> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col, Tensor offs_p, Tensor dest)",
       tags);
 }

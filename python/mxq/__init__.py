@@ -1,12 +1,15 @@
-"""mxq: MXFP8 (e4m3 data, E8M0 scales, 32-element blocks) quantization kernels as PyTorch ops.
+"""mxq: MXFP8 (e4m3 data, E8M0 scales, 32-element blocks) and FP8 blockwise (e4m3 data, fp32 factors, 128-element
+blocks and 128x128 weight tiles) quantization kernels as PyTorch ops.
 
 ``import mxq`` loads the compiled extension, which registers ``torch.ops.mxq.*`` (schemas, CUDA, CPU-reference
 and Meta impls; see torch_ext/ops.cpp). The typed Python API:
 
-    mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode="rceil", offs=None, backend="fused", out=None)
-    mxq.dequantize(q, scales, offs=None, *, layout="blocked")   # also dequantize_rowwise / dequantize_colwise
+    mxq.quantize(x, *, rowwise=True, colwise=True, scaling_mode=None, offs=None, backend="fused", out=None,
+                 format="mxfp8")             # format="fp8_blockwise": 1x128 blocks, fp32 factors; mode None: "fp32"
+    mxq.dequantize(q, scales, offs=None, *, layout="blocked", format="mxfp8")   # also dequantize_rowwise / _colwise
     mxq.validate_offs(offs, M)
-    mxq.quantize_weight(w, *, scaling_mode="rceil", weight_scaling="32x32", rowwise=True, colwise=True)
+    mxq.quantize_weight(w, *, scaling_mode=None, weight_scaling=None, rowwise=True, colwise=True, format="mxfp8")
+    mxq.quantize_routed(x, index, counts, *, scale=None, scaling_mode=None, rowwise=True, colwise=True, format="mxfp8")
     mxq.MXFP8Config(...)                      # the training recipe (format="mxfp8"); MXFP8Config.recipe("mxfp8_rceil")
     mxq.MXFP8Linear(..., config=None)         # mxq.linear; mxq.mxfp8_linear(x, weight, bias, config=None)
     mxq.grouped_mm(x, w, offs, config=None)   # mxq.moe: MXFP8 grouped GEMM (MoE experts, groups of any size)

@@ -1,6 +1,12 @@
 """Typed wrappers over torch.ops.mxq (registered by the extension that ``import mxq`` loads).
 
-Layouts (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, M and K multiples of 32:
+Two block formats, chosen by every entry point's ``format`` argument: ``"mxfp8"`` (the default: 32-element blocks,
+E8M0 scale bytes in the blocked layout) and ``"fp8_blockwise"`` (Hopper's native recipe: 128-element blocks, one
+fp32 dequantization factor d per block, x ≈ q · d; docs/numerics.md §13). Each format has its default scale rule
+(``scaling_mode=None``): "rceil" for MXFP8 (or "floor"), "fp32" for FP8 blockwise (or "rceil", the power-of-two
+factor); the ops themselves always receive the rule explicitly.
+
+MXFP8 layouts (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, M and K multiples of 32:
 
     q_row  float8_e4m3fn  (M, K), row-major
     s_row  float8_e8m0fnu (roundup(M,128), roundup(K/32,4)) blocked S_row, or with offs the M-groups layout of
@@ -9,6 +15,18 @@ Layouts (docs/numerics.md §5-§6), x bf16, fp16 or fp32 (M, K) contiguous, M an
                           write, row k = column k of x quantized in 32x1 blocks
     s_col  float8_e8m0fnu (roundup(K,128), roundup(M/32,4)) blocked S_col, or with offs the K-groups layout of
                           shape (roundup(K,128), M/32 + 4G)
+
+FP8 blockwise layouts, M and K multiples of 128 (grouped: every group end a multiple of 128; the factors are the
+dense ones, each group's a slice of them):
+
+    q_row  float8_e4m3fn  (M, K), row-major, 1x128 blocks along K
+    s_row  float32        (M, K/128), strides (1, M): factor [m, j] of row m's block j, rows fastest
+    q_col  float8_e4m3fn  logical (M, K), strides (1, M), as for MXFP8, in 128x1 blocks along M
+    s_col  float32        (K, M/128), strides (1, K): factor [k, i] of column k's block i
+
+These are torch.nn.functional.scaled_mm's BlockWise1x128 operands as they are: ``(q_row, s_row)`` as mat_a of the
+forward and of dgrad; for wgrad (dW = dyᵀ x) mat_a = ``dy's q_col.t()`` with ``dy's s_col`` and mat_b = ``x's q_col``
+with ``x's s_col.t()``.
 
 Every op runs on the current CUDA stream without synchronizing, allocates with the caching allocator (CUDA-graph
 capturable) and works under torch.compile(fullgraph=True). The CPU dispatch of each op is the bit-exact C++
@@ -36,6 +54,12 @@ _quantize_routed = _ops.quantize_routed.default
 
 _KIND_NAMES = {Tensor: "a torch.Tensor", bool: "a bool", str: "a str", int: "an int"}
 
+# The block formats: each one's block (the ops' block_size), default scale rule and weight policy.
+FORMATS = ("mxfp8", "fp8_blockwise")
+_BLOCK = {"mxfp8": 32, "fp8_blockwise": 128}
+_DEFAULT_SCALING_MODE = {"mxfp8": "rceil", "fp8_blockwise": "fp32"}
+_DEFAULT_WEIGHT_SCALING = {"mxfp8": "32x32", "fp8_blockwise": "128x128"}
+
 
 def check_type(op: str, name: str, value, kind: type) -> None:
     """TypeError naming the op and the argument when ``value`` is not a ``kind`` (Tensor, bool, str, int): the ops'
@@ -48,6 +72,21 @@ def check_types(op: str, *args: tuple[str, object, type]) -> None:
     """check_type of each (name, value, kind) in turn: the first wrong one is reported."""
     for name, value, kind in args:
         check_type(op, name, value, kind)
+
+
+def check_format(op: str, format) -> None:
+    """TypeError for a ``format`` that is not a str, ValueError for one that is not a format's name."""
+    if not (isinstance(format, str) and format in _BLOCK):
+        check_type(op, "format", format, str)
+        raise ValueError(f'{op}: format must be "mxfp8" or "fp8_blockwise", got "{format}"')
+
+
+def _scaling_mode(op: str, scaling_mode, format: str) -> str:
+    """``scaling_mode``, or the format's default rule for None; TypeError for anything but a str or None."""
+    if scaling_mode is None:
+        return _DEFAULT_SCALING_MODE[format]
+    check_type(op, "scaling_mode", scaling_mode, str)
+    return scaling_mode
 
 
 class MXTensors(NamedTuple):
@@ -64,22 +103,28 @@ def quantize(
     *,
     rowwise: bool = True,
     colwise: bool = True,
-    scaling_mode: str = "rceil",
+    scaling_mode: str | None = None,
     offs: Tensor | None = None,
     backend: str = "fused",
     out: MXTensors | None = None,
+    format: str = "mxfp8",
 ) -> MXTensors:
-    """MXFP8-quantizes the bf16, fp16 or fp32 (M, K) tensor ``x`` along K (rowwise, 1x32) and/or along M
-    (colwise, 32x1).
+    """Quantizes the bf16, fp16 or fp32 (M, K) tensor ``x`` along K (rowwise) and/or along M (colwise) in the block
+    format ``format``: "mxfp8" (1x32 / 32x1 blocks, E8M0 scales) or "fp8_blockwise" (1x128 / 128x1 blocks, fp32
+    factors; the layouts are in this module's docstring). ``scaling_mode``: None for the format's default ("rceil"
+    for MXFP8, "fp32" for FP8 blockwise), or "floor" (MXFP8) / "rceil" (FP8 blockwise's power-of-two factors).
 
-    ``offs`` (int32, G cumulative end offsets along M, on x's device; group sizes multiples of 32) selects grouped
-    (MoE) mode: s_row then uses the M-groups layout and s_col the K-groups layout. On the GPU a malformed ``offs`` is
-    clamped on the device without an exception (no host sync); call :func:`validate_offs` first if you want one.
+    ``offs`` (int32, G cumulative end offsets along M, on x's device; group sizes multiples of the block, 32 or
+    128) selects grouped (MoE) mode: for MXFP8, s_row then uses the M-groups layout and s_col the K-groups layout;
+    FP8 blockwise's outputs are the dense ones (every group's factors a slice of them), checked against offs. On the
+    GPU a malformed ``offs`` is clamped on the device without an exception (no host sync); call
+    :func:`validate_offs` first if you want one.
 
     ``backend``: ``"fused"`` (default) is one kernel that reads x once and writes the requested axes;
     ``"composed"`` is the three-kernel baseline it replaces (rowwise kernel, colwise kernel, scale swizzle), kept
     for comparison: it quantizes both axes, so asking it for one axis is an error, not a silent switch. Both give
-    identical bytes. CPU tensors run the bit-exact C++ reference for either backend.
+    identical bytes. CPU tensors run the bit-exact C++ reference for either backend. FP8 blockwise has only
+    ``"fused"`` (the composed baseline is MXFP8's: there is no scale swizzle to compose).
 
     ``out``: write into these tensors instead of allocating (fused backend only), e.g. buffers from
     :func:`empty_quantized` reused across steps (an MXTensors, or a tuple or list of the four); returns them as an
@@ -99,19 +144,26 @@ def quantize(
         isinstance(x, Tensor)
         and isinstance(rowwise, bool)
         and isinstance(colwise, bool)
-        and isinstance(scaling_mode, str)
+        and (scaling_mode is None or isinstance(scaling_mode, str))
         and isinstance(backend, str)
         and (offs is None or isinstance(offs, Tensor))
+        and isinstance(format, str)
+        and format in _BLOCK
     ):
         check_types(
             "mxq.quantize",
             ("x", x, Tensor),
             ("rowwise", rowwise, bool),
             ("colwise", colwise, bool),
-            ("scaling_mode", scaling_mode, str),
             ("backend", backend, str),
-            ("offs", offs, Tensor),
         )
+        if offs is not None:
+            check_type("mxq.quantize", "offs", offs, Tensor)
+        check_format("mxq.quantize", format)
+        _scaling_mode("mxq.quantize", scaling_mode, format)
+    if scaling_mode is None:
+        scaling_mode = _DEFAULT_SCALING_MODE[format]
+    block = _BLOCK[format]
     if out is not None:
         if backend != "fused":
             raise ValueError(f'mxq.quantize: out needs backend="fused", got "{backend}"')
@@ -130,12 +182,11 @@ def quantize(
                 f"and None elsewhere, got {', '.join(given) or 'none'}"
             )
         if not torch.compiler.is_compiling():
-            _quantize_out(x, 32, scaling_mode, offs, q_row=q_row, s_row=s_row, q_col=q_col, s_col=s_col)
+            _quantize_out(x, block, scaling_mode, offs, format, q_row=q_row, s_row=s_row, q_col=q_col, s_col=s_col)
             return out
         # Traced: the allocating op, then copies into out (see the docstring).
-        for name, dst, src in zip(
-            MXTensors._fields, out, quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs)
-        ):
+        traced = quantize(x, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs, format=format)
+        for name, dst, src in zip(MXTensors._fields, out, traced):
             if dst is not None:
                 # The eager op's checks (torch_ext/ops.cpp check_output), on the traced tensors.
                 if dst.dtype != src.dtype:
@@ -151,30 +202,38 @@ def quantize(
         return out
     if backend == "fused":
         if rowwise and colwise:
-            return MXTensors._make(_quantize(x, 32, scaling_mode, offs))
+            return MXTensors._make(_quantize(x, block, scaling_mode, offs, format))
         if rowwise:
-            q_row, s_row = _quantize_rowwise(x, 32, scaling_mode, offs)
+            q_row, s_row = _quantize_rowwise(x, block, scaling_mode, offs, format)
             return MXTensors(q_row, s_row, None, None)
         if colwise:
-            q_col, s_col = _quantize_colwise(x, 32, scaling_mode, offs)
+            q_col, s_col = _quantize_colwise(x, block, scaling_mode, offs, format)
             return MXTensors(None, None, q_col, s_col)
         raise ValueError("mxq.quantize: at least one of rowwise and colwise must be True")
     if backend == "composed":
+        if format != "mxfp8":
+            raise ValueError(
+                f'mxq.quantize: backend="composed" is MXFP8\'s three-kernel baseline; format "{format}" has only '
+                'backend="fused"'
+            )
         if not (rowwise and colwise):
             raise ValueError(
                 'mxq.quantize: backend="composed" quantizes both axes (it is the three-kernel baseline); '
                 f'use backend="fused" for rowwise={rowwise}, colwise={colwise}'
             )
-        return MXTensors(*_quantize_composed(x, 32, scaling_mode, offs))
+        return MXTensors(*_quantize_composed(x, block, scaling_mode, offs, format))
     raise ValueError(f'mxq.quantize: backend must be "fused" or "composed", got "{backend}"')
 
 
-def empty_quantized(x: Tensor, *, rowwise: bool = True, colwise: bool = True, offs: Tensor | None = None) -> MXTensors:
-    """Uninitialized outputs for ``quantize(x, rowwise=..., colwise=..., offs=..., out=...)``: the dtypes, shapes and
-    strides that quantize returns (from the op's Meta impl, so from include/mxq/layout.h), on x's device. They fit
-    every x of the same shape and group count."""
+def empty_quantized(
+    x: Tensor, *, rowwise: bool = True, colwise: bool = True, offs: Tensor | None = None, format: str = "mxfp8"
+) -> MXTensors:
+    """Uninitialized outputs for ``quantize(x, rowwise=..., colwise=..., offs=..., format=..., out=...)``: the dtypes,
+    shapes and strides that quantize returns (from the op's Meta impl, so from include/mxq/layout.h), on x's device.
+    They fit every x of the same shape and group count."""
     check_type("mxq.empty_quantized", "x", x, Tensor)
-    shapes = quantize(x.to("meta"), rowwise=rowwise, colwise=colwise, offs=None if offs is None else offs.to("meta"))
+    meta_offs = None if offs is None else offs.to("meta")
+    shapes = quantize(x.to("meta"), rowwise=rowwise, colwise=colwise, offs=meta_offs, format=format)
     return MXTensors(
         *(
             None if t is None else torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=x.device)
@@ -183,15 +242,22 @@ def empty_quantized(x: Tensor, *, rowwise: bool = True, colwise: bool = True, of
     )
 
 
-def dequantize(q: Tensor, scales: Tensor, offs: Tensor | None = None, *, layout: str = "blocked") -> Tensor:
-    """bf16 (rows, cols) from contiguous e4m3 ``q`` (rows, cols) and the scales of its (rows, cols/32) blocks.
+def dequantize(
+    q: Tensor, scales: Tensor, offs: Tensor | None = None, *, layout: str = "blocked", format: str = "mxfp8"
+) -> Tensor:
+    """bf16 (rows, cols) from contiguous e4m3 ``q`` (rows, cols) and the scales of its (rows, cols/block) blocks.
 
-    ``layout``: ``"blocked"`` (no offs), ``"m_groups"`` (rowwise data of grouped mode: rows are tokens, scales as
-    s_row) or ``"k_groups"`` (colwise data, q_col.t(): cols are tokens, scales as s_col; tail tokens give 0). Each
-    element is bf16(e4m3(q) * 2^(s - 127)), the fp32 product rounded once; scale 255 gives NaN."""
+    MXFP8: ``layout`` ``"blocked"`` (no offs), ``"m_groups"`` (rowwise data of grouped mode: rows are tokens, scales
+    as s_row) or ``"k_groups"`` (colwise data, q_col.t(): cols are tokens, scales as s_col; tail tokens give 0). Each
+    element is bf16(e4m3(q) * 2^(s - 127)), the fp32 product rounded once; scale 255 gives NaN.
+
+    FP8 blockwise (``format="fp8_blockwise"``): layout "blocked" without offs; ``scales`` the fp32 (rows, cols/128)
+    factors with strides (1, rows), as quantize returns them (s_row with q_row, s_col with q_col.t()). Each element
+    is bf16(e4m3(q) * d), the fp32 product rounded once; a NaN factor gives NaN."""
     _check_dequantize_args("mxq.dequantize", ("q", q), ("scales", scales), offs)
     check_type("mxq.dequantize", "layout", layout, str)
-    return _dequantize(q, scales, offs, layout)
+    check_format("mxq.dequantize", format)
+    return _dequantize(q, scales, offs, layout, format)
 
 
 def _check_dequantize_args(op: str, q: tuple[str, object], scales: tuple[str, object], offs) -> None:
@@ -201,24 +267,33 @@ def _check_dequantize_args(op: str, q: tuple[str, object], scales: tuple[str, ob
         check_type(op, "offs", offs, Tensor)
 
 
-def dequantize_rowwise(q_row: Tensor, s_row: Tensor, offs: Tensor | None = None) -> Tensor:
-    """The bf16 (M, K) tensor that (q_row, s_row) encode; pass the quantization's ``offs`` for grouped s_row."""
-    _check_dequantize_args("mxq.dequantize_rowwise", ("q_row", q_row), ("s_row", s_row), offs)
-    return _dequantize(q_row, s_row, offs, "blocked" if offs is None else "m_groups")
+def dequantize_rowwise(q_row: Tensor, s_row: Tensor, offs: Tensor | None = None, *, format: str = "mxfp8") -> Tensor:
+    """The bf16 (M, K) tensor that (q_row, s_row) of ``format`` encode; pass the quantization's ``offs`` for grouped
+    MXFP8 s_row (FP8 blockwise's grouped factors are the dense ones: offs is not needed there, and not read)."""
+    op = "mxq.dequantize_rowwise"
+    _check_dequantize_args(op, ("q_row", q_row), ("s_row", s_row), offs)
+    check_format(op, format)
+    if format != "mxfp8":
+        return _dequantize(q_row, s_row, None, "blocked", format)
+    return _dequantize(q_row, s_row, offs, "blocked" if offs is None else "m_groups", format)
 
 
-def dequantize_colwise(q_col: Tensor, s_col: Tensor, offs: Tensor | None = None) -> Tensor:
-    """The bf16 (M, K) tensor that (q_col, s_col) encode, as a (1, M)-strided view like q_col; pass the
-    quantization's ``offs`` for grouped s_col (tail tokens give 0)."""
+def dequantize_colwise(q_col: Tensor, s_col: Tensor, offs: Tensor | None = None, *, format: str = "mxfp8") -> Tensor:
+    """The bf16 (M, K) tensor that (q_col, s_col) of ``format`` encode, as a (1, M)-strided view like q_col; pass the
+    quantization's ``offs`` for grouped MXFP8 s_col (tail tokens give 0; FP8 blockwise's grouped factors are the
+    dense ones: offs is not read, and its tail tokens dequantize like the others)."""
     op = "mxq.dequantize_colwise"
     _check_dequantize_args(op, ("q_col", q_col), ("s_col", s_col), offs)
+    check_format(op, format)
     # q_col.t() must be the contiguous (K, M) array; the op would name q and the strides of the transpose.
     if q_col.dim() == 2 and not q_col.t().is_contiguous():
         raise ValueError(
             f"{op}: q_col must have strides (1, M) as quantize returns it (q_col.t() contiguous), got strides "
             f"{q_col.stride()} for shape {list(q_col.shape)}"
         )
-    return _dequantize(q_col.t(), s_col, offs, "blocked" if offs is None else "k_groups").t()
+    if format != "mxfp8":
+        return _dequantize(q_col.t(), s_col, None, "blocked", format).t()
+    return _dequantize(q_col.t(), s_col, offs, "blocked" if offs is None else "k_groups", format).t()
 
 
 def validate_offs(offs: Tensor, M: int) -> None:
@@ -236,12 +311,13 @@ def validate_offs(offs: Tensor, M: int) -> None:
 def quantize_weight(
     w: Tensor,
     *,
-    scaling_mode: str = "rceil",
-    weight_scaling: str = "32x32",
+    scaling_mode: str | None = None,
+    weight_scaling: str | None = None,
     rowwise: bool = True,
     colwise: bool = True,
+    format: str = "mxfp8",
 ) -> MXTensors:
-    """MXFP8-quantizes weights (docs/numerics.md §11): the bf16, fp16 or fp32 ``w`` of shape (G, N, K) (MoE experts)
+    """Quantizes weights (docs/numerics.md §11): the bf16, fp16 or fp32 ``w`` of shape (G, N, K) (MoE experts)
     or (N, K) (a dense Linear, G = 1), contiguous, N and K multiples of 32. Each expert's (N, K) matrix is quantized
     on its own, rowwise along K (the forward GEMM's operand) and/or colwise along N (dgrad's), from one read of w.
 
@@ -262,17 +338,27 @@ def quantize_weight(
     These are torch._scaled_grouped_mm's (and, for 2-D w, torch._scaled_mm's) right-hand operands: the forward takes
     ``q_row.transpose(-2, -1)`` with ``s_row`` (contraction over K), dgrad takes ``q_col`` with ``s_col``
     (contraction over N); both are column-major in their last two dimensions. (The op itself returns empty tensors
-    for a skipped axis; this wrapper returns None.)
+    for a skipped axis; this wrapper returns None.) ``scaling_mode`` None and ``weight_scaling`` None are the
+    format's defaults ("rceil" and "32x32" for MXFP8).
+
+    FP8 blockwise (``format="fp8_blockwise"``; ``weight_scaling`` None or "128x128", N and K multiples of 128,
+    ``scaling_mode`` None for "fp32", or "rceil"): one fp32 factor per 128x128 tile, shared by both axes, so q_col is
+    the per-expert transpose of q_row (q_row and q_col as above). The factors, contiguous, padding 0:
+
+        s_row  (G, N/128, roundup(K/128,4)) / (N/128, roundup(K/128,4)): tile (tn, tk) at [g, tn, tk]
+        s_col  (G, K/128, roundup(N/128,4)) / (K/128, roundup(N/128,4)): tile (tn, tk) at [g, tk, tn]
+
+    torch.nn.functional.scaled_mm (BlockWise128x128) takes them for a 2-D w as mat_b = ``q_row.t()`` with scale_b =
+    ``s_row[:, :K // 128].t()`` (forward, y = x wᵀ) and mat_b = ``q_col`` with scale_b = ``s_col[:, :N // 128].t()``
+    (dgrad, dx = dy w): cuBLASLt's 128x128 scales, the contraction's tiles fastest, their count padded to 4.
     """
-    check_types(
-        "mxq.quantize_weight",
-        ("w", w, Tensor),
-        ("scaling_mode", scaling_mode, str),
-        ("weight_scaling", weight_scaling, str),
-        ("rowwise", rowwise, bool),
-        ("colwise", colwise, bool),
-    )
-    q_row, s_row, q_col, s_col = _quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise)
+    op = "mxq.quantize_weight"
+    check_types(op, ("w", w, Tensor))
+    check_format(op, format)
+    scaling_mode = _scaling_mode(op, scaling_mode, format)
+    weight_scaling = _DEFAULT_WEIGHT_SCALING[format] if weight_scaling is None else weight_scaling
+    check_types(op, ("weight_scaling", weight_scaling, str), ("rowwise", rowwise, bool), ("colwise", colwise, bool))
+    q_row, s_row, q_col, s_col = _quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise, format)
     return MXTensors(
         q_row if rowwise else None, s_row if rowwise else None, q_col if colwise else None, s_col if colwise else None
     )
@@ -296,9 +382,10 @@ def quantize_routed(
     counts: Tensor,
     *,
     scale: Tensor | None = None,
-    scaling_mode: str = "rceil",
+    scaling_mode: str | None = None,
     rowwise: bool = True,
     colwise: bool = True,
+    format: str = "mxfp8",
 ) -> RoutedMXTensors:
     """The MoE input stage in one pass (docs/numerics.md §12.1): gathers the routed rows of ``x``, pads every expert's
     rows to a multiple of 32 and MXFP8-quantizes them on the requested axes, from one read of each routed row.
@@ -321,6 +408,12 @@ def quantize_routed(
         offs_p  int32 (E,): the padded group ends, offs_p[e] = P_e + roundup(counts[e], 32)
         dest    int32 (N,): the padded row of each routed row (for the combine)
 
+    FP8 blockwise (``format="fp8_blockwise"``, ``scaling_mode`` None for "fp32", or "rceil"): every expert's rows are
+    padded to a multiple of 128, ``Mp = roundup(N + 127·E, 128)``, ``P_e`` and ``offs_p`` with 128 in place of 32,
+    K a multiple of 128; the outputs are :func:`quantize`'s of that padded tensor in this format (s_row fp32
+    (Mp, K/128) with strides (1, Mp), s_col fp32 (K, Mp/128) with strides (1, K)). ``scaling_mode=None`` is the
+    format's default ("rceil" for MXFP8).
+
     On CPU tensors (the bit-exact reference) an index outside [0, T) or counts that are negative or do not sum to N
     raise ValueError. On CUDA they live on the device and are not read on the host: a bad index quantizes as a zero
     row, negative counts count as 0, counts past N are cut there (those routed rows get dest -1); nothing is written
@@ -329,18 +422,15 @@ def quantize_routed(
     Raises TypeError for an argument of the wrong type or dtype, ValueError for a bad value.
     """
     op = "mxq.quantize_routed"
-    check_types(
-        op,
-        ("x", x, Tensor),
-        ("index", index, Tensor),
-        ("counts", counts, Tensor),
-        ("scaling_mode", scaling_mode, str),
-        ("rowwise", rowwise, bool),
-        ("colwise", colwise, bool),
-    )
+    check_types(op, ("x", x, Tensor), ("index", index, Tensor), ("counts", counts, Tensor))
+    check_format(op, format)
+    scaling_mode = _scaling_mode(op, scaling_mode, format)
+    check_types(op, ("rowwise", rowwise, bool), ("colwise", colwise, bool))
     if scale is not None:
         check_type(op, "scale", scale, Tensor)
-    q_row, s_row, q_col, s_col, offs_p, dest = _quantize_routed(x, index, counts, scale, scaling_mode, rowwise, colwise)
+    q_row, s_row, q_col, s_col, offs_p, dest = _quantize_routed(
+        x, index, counts, scale, scaling_mode, rowwise, colwise, format
+    )
     return RoutedMXTensors(
         q_row if rowwise else None,
         s_row if rowwise else None,

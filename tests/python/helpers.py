@@ -176,17 +176,18 @@ def record_ops(monkeypatch) -> list:
 
 
 def check_scaling_mode_explicit(calls, scaling_mode: str) -> None:
-    """Every quantize op got ``scaling_mode`` as an explicit argument, every dequantize its layout."""
+    """Every quantize op got ``scaling_mode`` as an explicit argument, every dequantize its layout, and every op its
+    format (the training layers' is MXFP8)."""
     assert calls
     for name, args, kwargs in calls:
-        if name == "quantize_weight":  # (w, scaling_mode, weight_scaling, rowwise, colwise)
-            assert len(args) == 5 and args[1] == scaling_mode, (name, args[1:])
-        elif name == "quantize_routed":  # (x, index, counts, scale, scaling_mode, rowwise, colwise)
-            assert len(args) == 7 and args[4] == scaling_mode, (name, args[4:])
-        elif name.startswith("quantize"):
-            assert len(args) == 4 and args[1] == 32 and args[2] == scaling_mode, (name, args[1:])
-        elif name == "dequantize":
-            assert len(args) == 4 and args[3] in ("blocked", "m_groups", "k_groups"), (name, args[2:])
+        if name == "quantize_weight":  # (w, scaling_mode, weight_scaling, rowwise, colwise, format)
+            assert len(args) == 6 and args[1] == scaling_mode and args[5] == "mxfp8", (name, args[1:])
+        elif name == "quantize_routed":  # (x, index, counts, scale, scaling_mode, rowwise, colwise, format)
+            assert len(args) == 8 and args[4] == scaling_mode and args[7] == "mxfp8", (name, args[4:])
+        elif name.startswith("quantize"):  # (x, block_size, scaling_mode, offs, format)
+            assert len(args) == 5 and args[1:3] == (32, scaling_mode) and args[4] == "mxfp8", (name, args[1:])
+        elif name == "dequantize":  # (q, scales, offs, layout, format)
+            assert len(args) == 5 and args[3] in ("blocked", "m_groups", "k_groups"), (name, args[2:])
 
 
 def reference_outputs(name: str, x: torch.Tensor, mode: str, offs: torch.Tensor | None) -> tuple:

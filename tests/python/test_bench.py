@@ -39,9 +39,17 @@ def listed(capsys, *args):
 
 
 def test_list_counts_the_cases_of_each_set(capsys):
-    assert len(listed(capsys)) == 214 + 32  # mxq bench's 221 less the 7 probe rows, and the routed set
+    assert len(listed(capsys)) == 214 + 32 + 26  # mxq bench's 221 less the 7 probe rows, routed, FP8 blockwise
     counts = {s: len(listed(capsys, "--sets", s)) for s in bench.SETS}
-    assert counts == {"main": 147, "ragged": 20, "grouped": 30, "dtypes": 9, "weights": 8, "routed": 32}
+    assert counts == {
+        "main": 147,
+        "ragged": 20,
+        "grouped": 30,
+        "dtypes": 9,
+        "weights": 8,
+        "routed": 32,
+        "blockwise": 26,
+    }
     assert len(listed(capsys, "--quick")) == 2 * (6 + 5) + 10
     lines = listed(capsys, "--shapes", "512x4096", "--ops", "fused,copy", "--groups", "8")
     assert [line.split("] ")[1].split()[1:3] for line in lines] == [
@@ -188,6 +196,25 @@ def test_plot_table_is_the_readme_table(tmp_path, capsys):
     assert line == "| 8192×2048 | 20.0 | 3.00 (75%) | - | 2.90 (72%) | 36.0 | 1.80× | - | - | - |"
 
 
+def blockwise_rows():
+    bw = {"set": "blockwise", "format": bench.BLOCKWISE, "scaling_mode": "fp32", "M": 16384, "K": 7168}
+    rows = [results(**bw, op=op)["rows"][0] for op in ("fused", "copy", "torchao_blockwise", "rowwise", "colwise")]
+    rows.append(results(**bw, op="fused", groups=8, groups_kind="random")["rows"][0])
+    rows.append(results(**bw | {"M": 7168, "K": 2048}, op="weight", experts=1, N=7168, scaling="128x128")["rows"][0])
+    return rows
+
+
+def test_plot_blockwise_panel():
+    """The blockwise set's panel (no matplotlib needed): per shape fused, torchao, the single axes and the copy tick;
+    grouped and weights as their own groups."""
+    ((title, groups, _),) = plot.panels(blockwise_rows(), False)
+    assert title.startswith("FP8 blockwise") and "rule fp32" in title
+    dense = groups["16384x7168\ndense"]
+    assert set(dense) == {"roof", "copy", "mxq fused", "torchao blockwise (lhs + transposed lhs)", "rowwise", "colwise"}
+    assert set(groups["16384x7168\nG=8"]) == {"roof", "mxq fused"}
+    assert set(groups["W 1x7168x2048"]) == {"roof", "128x128"}
+
+
 def test_plot_draws_a_results_file(tmp_path):
     pytest.importorskip("matplotlib")
     rows = [
@@ -201,12 +228,14 @@ def test_plot_draws_a_results_file(tmp_path):
         for op in bench.ROUTED_OPS[:3]
         for kind in bench.ROUTINGS
     ]
+    rows += blockwise_rows()
     assert [p[0].split()[0] for p in plot.panels(rows, False)] == [
         "Dense,",
         "Grouped",
         "Single-axis",
         "Expert",
         "Routed",
+        "FP8",
     ]
     plot.render(results() | {"rows": rows}, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").stat().st_size > 10_000
@@ -308,3 +337,115 @@ def test_verify_routed_on_the_cpu(monkeypatch, full):
     monkeypatch.setattr(bench, "routed_op", corrupt)
     bad = [r for r in bench.verify_routed(block[:1], ws) if not r["ok"]]
     assert [(r["op"], r["mismatches"]) for r in bad] == [("routed", 1), ("routed", 1)]
+
+
+# ---- the FP8 blockwise set ----
+
+BW = bench.BLOCKWISE
+
+
+def test_blockwise_set_lists_its_shapes_and_ops(capsys):
+    lines = [line.split("] ")[1].split()[:5] for line in listed(capsys, "--sets", "blockwise")]
+    shapes = [f"{M}x{K}" for M, K in bench.BLOCKWISE_SHAPES]
+    assert shapes[:2] == ["16384x7168", "65536x2048"]  # issue 50's
+    assert all(int(M) * int(K) >= 1 << 26 for M, K in (s.split("x") for s in shapes))
+    for shape in shapes:
+        ops = sorted((op, grouping) for _, op, sh, _, grouping in lines if sh == shape)
+        assert ops == sorted(
+            [(op, "dense") for op in ("fused", "copy", "torchao_blockwise", "rowwise", "colwise")] + [("fused", "G=8")]
+        )
+    assert [line[1:3] for line in lines if line[1] == "weight"] == [
+        ["weight", "1x7168x2048"],
+        ["weight", "8x4096x7168"],
+    ]
+    assert "torchao_blockwise" in bench.parse_args(["--ops", "torchao_blockwise"]).ops
+
+
+@pytest.mark.parametrize("M,K,groups", [(256, 384, 0), (512, 128, 3), (128, 1024, 1)])
+def test_blockwise_bytes_are_the_tensors_the_cpu_ops_read_and_write(M, K, groups):
+    """FP8 blockwise through the one byte formula: bf16 x, e4m3 data, fp32 factors (8/128 B an element, both axes)."""
+    x = cpu_input(M, K, "bf16")
+    offs = torch.tensor(bench.group_offsets("random", M, groups, 1, 128), dtype=torch.int32) if groups else None
+    size = lambda *ts: sum(t.nbytes for t in ts)
+    fused = size(x, *ops.quantize(x, 128, "fp32", offs, BW))
+    assert fused == M * K * (2 + 2) + 2 * M * K // 128 * 4
+    expected = {
+        "fused": fused,
+        "torchao_blockwise": fused,  # counted as the fused op's result
+        "rowwise": size(x, *ops.quantize_rowwise(x, 128, "fp32", offs, BW)),
+        "colwise": size(x, *ops.quantize_colwise(x, 128, "fp32", offs, BW)),
+        "copy": 2 * x.nbytes,
+    }
+    for op, nbytes in expected.items():
+        case = bench.Case("blockwise", op, M, K, "bf16", "random" if groups else "dense", groups, format=BW)
+        read, written, effective = bench.case_bytes(case)
+        assert read + written == nbytes == effective, op
+
+
+@pytest.mark.parametrize("G,N,K", [(1, 256, 384), (3, 128, 640)])
+def test_blockwise_weight_bytes(G, N, K):
+    case = bench.Case("blockwise", "weight", N, K, experts=G, scaling="128x128", format=BW)
+    w = cpu_input(G * N, K, "bf16").view(case.weight_shape)
+    assert w.dim() == (2 if G == 1 else 3)  # G = 1: a dense Linear's 2-D weight
+    outputs = ops.quantize_weight(w, "fp32", "128x128", True, True, BW)
+    assert bench.case_bytes(case)[:2] == (w.nbytes, sum(t.nbytes for t in outputs))
+
+
+def test_blockwise_group_offsets_are_128_multiples():
+    for kind, G in (("random", 8), ("even", 8), ("skewed", 8)):
+        offs = bench.group_offsets(kind, 16384, G, 1, 128)
+        sizes = [b - a for a, b in zip([0, *offs], offs)]
+        assert len(offs) == G and all(s >= 0 and s % 128 == 0 for s in sizes) and offs[-1] <= 16384
+    assert bench.group_offsets("random", 8192, 4, 1) == [1728, 7424, 7424, 7968]  # MXFP8's unchanged
+
+
+@pytest.mark.parametrize("full", [True, False])
+@pytest.mark.parametrize("groups", [0, 3])
+def test_verify_blockwise_block_on_the_cpu(monkeypatch, full, groups):
+    """verify_block on an FP8 blockwise block (the CPU op standing in for the GPU's): whole tensors, or the first and
+    last row bands with the fp32 factors sliced by 128; every check passes on correct outputs and a changed factor
+    is counted."""
+    M, K = 1024, 256
+    monkeypatch.setattr(bench, "FULL_CHECK_ELEMENTS", 1 << 25 if full else 0)
+    monkeypatch.setattr(bench, "BAND_ROWS", 256)
+    x = cpu_input(M, K, "bf16")
+    kind = "random" if groups else "dense"
+    ops_ = ("fused", "copy", "rowwise", "colwise") if not groups else ("fused",)
+    block = [bench.Case("blockwise", op, M, K, "bf16", kind, groups, format=BW) for op in ops_]
+    offs_list = bench.group_offsets("random", M, groups, 1, 128) if groups else None
+    offs = torch.tensor(offs_list, dtype=torch.int32) if groups else None
+    ws = types.SimpleNamespace(x=[x])
+    records = bench.verify_block(block, ws, offs, offs_list)
+    assert records and all(r["ok"] and r["bytes"] > 0 and r["format"] == BW for r in records), records
+    real, calls = bench.run_op, []
+
+    def corrupt(op, c, x, offs, fused=None, grouped=None):  # the first fused call (the device's): a factor changed
+        out = real(op, c, x, offs, fused, grouped)
+        if op == "fused" and not calls:
+            calls.append(op)
+            out["s_row"][M - 1, 0] *= 2
+        return out
+
+    monkeypatch.setattr(bench, "run_op", corrupt)
+    bad = [r for r in bench.verify_block(block[:1], ws, offs, offs_list) if not r["ok"]]
+    assert [(r["op"], r["mismatches"] > 0) for r in bad] == [("fused", True)]
+
+
+def test_verify_blockwise_weights_on_the_cpu():
+    ws2 = types.SimpleNamespace(x=[cpu_input(256, 384, "bf16")])
+    block = [bench.Case("blockwise", "weight", 256, 384, experts=1, scaling="128x128", format=BW)]
+    records = bench.verify_block(block, ws2, None, None)
+    assert [(r["op"], r["check"], r["ok"]) for r in records] == [("weight", "== cpu", True)]
+    ws3 = types.SimpleNamespace(x=[cpu_input(2 * 128, 256, "bf16").view(2, 128, 256)])
+    block = [bench.Case("blockwise", "weight", 128, 256, experts=2, scaling="128x128", format=BW)]
+    assert all(r["ok"] for r in bench.verify_block(block, ws3, None, None))
+
+
+def test_blockwise_torchao_missing_is_a_recorded_skip(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    bench.torchao_blockwise.cache_clear()
+    cases = bench.plan(bench.parse_args(["--sets", "blockwise"]))
+    kept, skipped = bench.skip_unavailable(cases)
+    bench.torchao_blockwise.cache_clear()
+    assert [c.op for c in kept] == [c.op for c in cases if c.op != "torchao_blockwise"]
+    assert len(skipped) == len(bench.BLOCKWISE_SHAPES) and all("not importable" in r["reason"] for r in skipped)

@@ -219,7 +219,8 @@ def test_wrapper_argument_types():
         ("mxq.quantize: x must be a torch.Tensor, got list", lambda: mxq.quantize(x.tolist())),
         ("mxq.quantize: rowwise must be a bool, got str", lambda: mxq.quantize(x, rowwise="no")),
         ("mxq.quantize: colwise must be a bool, got int", lambda: mxq.quantize(x, colwise=0)),
-        ("mxq.quantize: scaling_mode must be a str, got NoneType", lambda: mxq.quantize(x, scaling_mode=None)),
+        ("mxq.quantize: scaling_mode must be a str, got int", lambda: mxq.quantize(x, scaling_mode=1)),
+        ("mxq.quantize: format must be a str, got NoneType", lambda: mxq.quantize(x, format=None)),
         ("mxq.quantize: backend must be a str, got NoneType", lambda: mxq.quantize(x, backend=None)),
         ("mxq.quantize: offs must be a torch.Tensor, got list", lambda: mxq.quantize(x, offs=[128, 256])),
         (
@@ -236,6 +237,13 @@ def test_wrapper_argument_types():
         (
             "mxq.quantize_weight: weight_scaling must be a str, got int",
             lambda: mxq.quantize_weight(x, weight_scaling=32),
+        ),
+        ("mxq.quantize_weight: format must be a str, got int", lambda: mxq.quantize_weight(x, format=8)),
+        ("mxq.quantize_routed: format must be a str, got NoneType", lambda: mxq.quantize_routed(x, x, x, format=None)),
+        ("mxq.dequantize: format must be a str, got NoneType", lambda: mxq.dequantize(t.q_row, t.s_row, format=None)),
+        (
+            "mxq.dequantize_rowwise: format must be a str, got int",
+            lambda: mxq.dequantize_rowwise(t.q_row, t.s_row, format=1),
         ),
         ("mxq.dequantize: q must be a torch.Tensor, got NoneType", lambda: mxq.dequantize(None, t.s_row)),
         ("mxq.dequantize: layout must be a str, got NoneType", lambda: mxq.dequantize(t.q_row, t.s_row, layout=None)),

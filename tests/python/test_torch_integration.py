@@ -77,8 +77,12 @@ def test_ops_carry_tags():
 def test_schema_argument_order():
     for name in QUANT_OPS:
         args = op(name).default._schema.arguments
-        assert [a.name for a in args] == ["x", "block_size", "scaling_mode", "offs"], name
-        assert [str(a.default_value) for a in args[1:]] == ["32", "rceil", "None"], name
+        assert [a.name for a in args] == ["x", "block_size", "scaling_mode", "offs", "format"], name
+        assert [str(a.default_value) for a in args[1:]] == ["32", "rceil", "None", "mxfp8"], name
+    # Every op names its block format last, MXFP8 by default: calls written before FP8 blockwise keep their meaning.
+    for name in ("dequantize", "quantize_weight", "quantize_routed"):
+        last = op(name).default._schema.arguments[-1]
+        assert (last.name, str(last.default_value)) == ("format", "mxfp8"), name
 
 
 # ---- Meta and fake tensors: exact shapes, dtypes and strides ----

@@ -256,8 +256,9 @@ def test_wrapper_defaults_and_exports():
     assert isinstance(got, mxq.MXTensors)
     assert_outputs_equal(got, T.quantize_weight(w, "rceil", "32x32"), NAMES)
     schema = torch.ops.mxq.quantize_weight.default._schema
-    assert [a.name for a in schema.arguments] == ["w", "scaling_mode", "weight_scaling", "rowwise", "colwise"]
-    assert [str(a.default_value) for a in schema.arguments[1:]] == ["rceil", "32x32", "True", "True"]
+    names = ["w", "scaling_mode", "weight_scaling", "rowwise", "colwise", "format"]
+    assert [a.name for a in schema.arguments] == names
+    assert [str(a.default_value) for a in schema.arguments[1:]] == ["rceil", "32x32", "True", "True", "mxfp8"]
     tags = torch.ops.mxq.quantize_weight.default.tags
     assert torch.Tag.needs_fixed_stride_order in tags and torch.Tag.pt2_compliant_tag in tags
 
