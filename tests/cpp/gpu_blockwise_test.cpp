@@ -92,20 +92,6 @@ std::vector<float> make_values(int64_t rows, int64_t cols, bool special, uint64_
   return v;
 }
 
-// The values as raw bytes of `dtype` (bf16 and fp16 rounded to nearest even).
-std::vector<uint8_t> to_dtype(const std::vector<float>& v, DType dtype) {
-  std::vector<uint8_t> out(v.size() * size_t(dtype_bytes(dtype)));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (dtype == DType::kFloat32) {
-      std::memcpy(out.data() + 4 * i, &v[i], 4);
-    } else {
-      const uint16_t h = dtype == DType::kBFloat16 ? bf16_from_f32(v[i]) : f16_from_f32(v[i]);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
-  return out;
-}
-
 // offs with 128-multiple groups: random sizes, at least one empty group, and a tail (offs[G-1]
 // < M) when `tail`.
 std::vector<int32_t> blockwise_offs(int64_t M, int64_t G, bool tail, uint64_t seed) {
@@ -134,7 +120,7 @@ class BlockwiseQuantize : public GpuTestWithParam<ActParam> {};
 TEST_P(BlockwiseQuantize, MatchesReference) {
   const auto [dtype, path, grouped, mode, shape, special] = GetParam();
   const int64_t M = shape.M, K = shape.K;
-  const auto x = to_dtype(make_values(M, K, special, test_seed()), dtype);
+  const auto x = encode_as(make_values(M, K, special, test_seed()), dtype);
   const std::vector<int32_t> offs =
       grouped ? blockwise_offs(M, 4, true, test_seed(1)) : std::vector<int32_t>{};
   const bool row = has_rowwise(path), col = has_colwise(path);
@@ -265,7 +251,7 @@ class BlockwiseOffsStatus : public GpuTest {};
 
 TEST_F(BlockwiseOffsStatus, MisalignedDecreasingBeyond) {
   const int64_t M = 512, K = 256;
-  const auto x = to_dtype(make_values(M, K, false, test_seed()), DType::kBFloat16);
+  const auto x = encode_as(make_values(M, K, false, test_seed()), DType::kBFloat16);
   struct Case {
     std::vector<int32_t> offs;
     int32_t bits;
@@ -331,7 +317,7 @@ class BlockwiseDequantize : public GpuTestWithParam<DequantParam> {};
 TEST_P(BlockwiseDequantize, MatchesReference) {
   const auto [colwise, mode, shape] = GetParam();
   const int64_t M = shape.M, K = shape.K;
-  const auto x = to_dtype(make_values(M, K, true, test_seed()), DType::kBFloat16);
+  const auto x = encode_as(make_values(M, K, true, test_seed()), DType::kBFloat16);
   // q and d from the reference (the quantize kernels are checked above).
   std::vector<uint8_t> q(static_cast<size_t>(M * K)), d;
   const int64_t rows = colwise ? K : M, cols = colwise ? M : K;
@@ -395,7 +381,7 @@ class BlockwiseWeight : public GpuTestWithParam<WeightParam> {};
 TEST_P(BlockwiseWeight, MatchesReference) {
   const auto [dtype, mode, axes, gnk] = GetParam();
   const auto [G, N, K] = gnk;
-  const auto w = to_dtype(make_values(G * N, K, true, test_seed()), dtype);
+  const auto w = encode_as(make_values(G * N, K, true, test_seed()), dtype);
   const bool row = axes & 1, col = axes & 2;
   const int64_t q_bytes = G * N * K;
   const int64_t s_row_bytes = weight_factor_shape(G, N, K).bytes() * 4;
@@ -485,7 +471,7 @@ TEST_P(BlockwiseRouted, MatchesReference) {
   const auto [dtype, mode, scaled] = GetParam();
   const int64_t T = 300, K = 384, E = 5;
   std::mt19937_64 rng(test_seed());
-  const auto x = to_dtype(make_values(T, K, true, test_seed(1)), dtype);
+  const auto x = encode_as(make_values(T, K, true, test_seed(1)), dtype);
   std::vector<int32_t> counts = {70, 0, 129, 1, 200};
   int64_t N = 0;
   for (const int32_t c : counts) N += c;

@@ -181,19 +181,6 @@ float to_dtype(float v, DType t) {  // the value the dtype holds (the tests keep
   return v;
 }
 
-Bytes encode(const std::vector<float>& v, DType t) {
-  Bytes out(v.size() * static_cast<size_t>(dtype_bytes(t)));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (t == DType::kFloat32) {
-      std::memcpy(out.data() + 4 * i, &v[i], 4);
-    } else {
-      const uint16_t h = t == DType::kBFloat16 ? bf16_from_f32(v[i]) : f16_from_f32(v[i]);
-      std::memcpy(out.data() + 2 * i, &h, 2);
-    }
-  }
-  return out;
-}
-
 std::vector<float> random_matrix(int64_t rows, int64_t cols, DType t, uint64_t seed, bool wide) {
   std::vector<float> x(static_cast<size_t>(rows * cols));
   std::mt19937_64 rng(seed);
@@ -254,7 +241,7 @@ Outputs model_quantize(const std::vector<float>& x, int64_t M, int64_t K, Scalin
 Outputs ref_quantize(const std::vector<float>& x, int64_t M, int64_t K, DType t, ScalingMode mode,
                      const std::vector<int32_t>* offs = nullptr, bool rowwise = true,
                      bool colwise = true) {
-  const Bytes in = encode(x, t);
+  const Bytes in = encode_as(x, t);
   Outputs o;
   if (rowwise) {
     o.q_row.assign(static_cast<size_t>(M * K), kPoison);
@@ -502,7 +489,7 @@ TEST(BlockwiseReference, GroupedEqualsDenseAndChecksOffsAt128) {
                            "grouped");
     }
   }
-  const Bytes in = encode(x, DType::kBFloat16);
+  const Bytes in = encode_as(x, DType::kBFloat16);
   const auto refused = [&](std::vector<int32_t> offs, const std::string& message) {
     Bytes q(static_cast<size_t>(M * K), kPoison), s(static_cast<size_t>(M * K / kB * 4), kPoison);
     QuantizeParams p;
@@ -554,7 +541,7 @@ TEST(BlockwiseReference, RoutedEqualsQuantizeOfTheHandBuiltPaddedTensor) {
     for (const ScalingMode mode : kModes) {
       const Outputs want = ref_quantize(padded, Mp, K, t, mode, &want_offs);
       expect_outputs_equal(want, model_quantize(padded, Mp, K, mode), Mp, K, "padded");
-      const Bytes in = encode(x, t);
+      const Bytes in = encode_as(x, t);
       Outputs got;
       got.q_row.assign(static_cast<size_t>(Mp * K), kPoison);
       got.s_row.assign(static_cast<size_t>(Mp * K / kB * 4), kPoison);
@@ -602,7 +589,7 @@ TEST(BlockwiseReference, WeightTilesBothLayoutsPaddingZero) {
     for (const DType t : kDTypes) {
       std::vector<float> w = random_matrix(G * N, K, t, 31 + G, true);
       w[static_cast<size_t>(K + 3)] = std::numeric_limits<float>::quiet_NaN();  // tile (0, 0, 0)
-      const Bytes in = encode(w, t);
+      const Bytes in = encode_as(w, t);
       for (const ScalingMode mode : kModes) {
         Bytes want_qr(static_cast<size_t>(G * N * K)), want_qc(want_qr.size());
         std::vector<uint32_t> want_sr(static_cast<size_t>(G * (N / kB) * kr), 0);

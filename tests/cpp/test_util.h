@@ -42,6 +42,20 @@ inline void PrintTo(Dist d, std::ostream* os) { *os << dist_name(d); }
 
 inline uint16_t bf16_rn(float f) { return bf16_from_f32(f); }
 
+// fp32 values as the raw bytes of an input of `dtype` (bf16 and fp16 rounded to nearest even).
+inline std::vector<uint8_t> encode_as(const std::vector<float>& v, DType dtype) {
+  std::vector<uint8_t> out(v.size() * static_cast<size_t>(dtype_bytes(dtype)));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dtype == DType::kFloat32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t h = dtype == DType::kBFloat16 ? bf16_from_f32(v[i]) : f16_from_f32(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
 // The docs/numerics.md §4 special blocks as 32 bf16 values each (bf16 max 0x7F7F, smallest
 // subnormal 0x0001, ...).
 inline std::vector<std::vector<uint16_t>> special_blocks() {
