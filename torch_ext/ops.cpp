@@ -11,7 +11,7 @@
 //                              MXFP8 only)
 //   dequantize(q, scales, offs, layout, format) -> bf16 (rows, cols); layout "blocked", "m_groups" (q_row
 //                              with grouped s_row) or "k_groups" (q_col.t() with grouped s_col)
-//   validate_offs(offs, M)  -> ()                            synchronizing offs checker
+//   validate_offs(offs, M, format) -> ()                     synchronizing offs checker
 //   quantize_routed(x, index, counts, scale, scaling_mode, rowwise, colwise, format)
 //                           -> (q_row, s_row, q_col, s_col, offs_p, dest)   mxq::quantize_routed
 //   quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise, format)
@@ -817,8 +817,9 @@ Routed6 quantize_routed(const Tensor& x, const Tensor& index, const Tensor& coun
 
 // ---- validate_offs: the one offs checker, synchronizing for CUDA tensors ----
 
-void validate_offs(const Tensor& offs, int64_t M) {
+void validate_offs(const Tensor& offs, int64_t M, c10::string_view format) {
   constexpr const char* op = "mxq.validate_offs";
+  const FormatSpec f = check_format(op, format);
   TORCH_CHECK_TYPE(offs.scalar_type() == at::kInt, op, ": offs must be torch.int32, got ",
                    torch_dtype(offs.scalar_type()));
   TORCH_CHECK_VALUE(offs.dim() == 1, op, ": offs must be 1-D (G,), got a ", offs.dim(),
@@ -827,9 +828,9 @@ void validate_offs(const Tensor& offs, int64_t M) {
   const DeviceGuard guard(o);
   call_core(op, [&] {
     if (o.is_cuda()) {
-      mxq::validate_offs(o.const_data_ptr<int32_t>(), o.size(0), M, current_stream(o));
+      mxq::validate_offs(o.const_data_ptr<int32_t>(), o.size(0), M, current_stream(o), f.format);
     } else {
-      mxq::validate_offs_host(o.const_data_ptr<int32_t>(), o.size(0), M);
+      mxq::validate_offs_host(o.const_data_ptr<int32_t>(), o.size(0), M, f.format);
     }
   });
 }
@@ -864,7 +865,7 @@ TORCH_LIBRARY(mxq, m) {
       "dequantize(Tensor q, Tensor scales, Tensor? offs=None, str layout=\"blocked\", "
       "str format=\"mxfp8\") -> Tensor",
       tags);
-  m.def("validate_offs(Tensor offs, int M) -> ()");
+  m.def("validate_offs(Tensor offs, int M, str format=\"mxfp8\") -> ()");
   m.def(
       "quantize_weight(Tensor w, str scaling_mode=\"rceil\", str weight_scaling=\"32x32\", "
       "bool rowwise=True, bool colwise=True, str format=\"mxfp8\") "

@@ -247,9 +247,11 @@ void quantize_routed(const QuantizeRoutedParams& p);
 
 // Host-side checker for users who want an exception: copies offs to the host (synchronizes the
 // stream) and throws mxq::Error describing the first malformed entry.
-void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream);
+void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream,
+                   Format format = Format::kMxfp8);
 // The same rules on host memory (what validate_offs runs after its copy).
-void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M);
+void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M,
+                        Format format = Format::kMxfp8);
 // Reads a status word written by a grouped op (synchronizes) and throws if it is not 0.
 void check_status(const int32_t* status_device, cudaStream_t stream);
 

@@ -296,16 +296,18 @@ def dequantize_colwise(q_col: Tensor, s_col: Tensor, offs: Tensor | None = None,
     return _dequantize(q_col.t(), s_col, offs, "blocked" if offs is None else "k_groups", format).t()
 
 
-def validate_offs(offs: Tensor, M: int) -> None:
-    """Host-side check of grouped-mode offsets (docs/numerics.md §6, §9) by the library's own checker; copies a
+def validate_offs(offs: Tensor, M: int, *, format: str = "mxfp8") -> None:
+    """Host-side check of grouped-mode offsets (docs/numerics.md §6, §9, §13) by the library's own checker; copies a
     CUDA ``offs`` to the host, so it synchronizes.
 
     Raises TypeError/ValueError naming the first bad entry: offs must be a 1-D int32 tensor of 1..1024 cumulative
-    end offsets, non-decreasing, non-negative, at most M, each a multiple of 32.
+    end offsets, non-decreasing, non-negative, at most M, each a multiple of the format's block (32 for "mxfp8",
+    128 for "fp8_blockwise").
     """
     check_type("mxq.validate_offs", "offs", offs, Tensor)
     check_type("mxq.validate_offs", "M", M, int)
-    _ops.validate_offs(offs, M)
+    check_format("mxq.validate_offs", format)
+    _ops.validate_offs(offs, M, format)
 
 
 def quantize_weight(

@@ -112,10 +112,10 @@ std::string describe_status(int32_t status) {
 
 int64_t composed_workspace_bytes(int64_t M, int64_t K) { return s_col_plain_shape(M, K).bytes(); }
 
-void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M) {
+void validate_offs_host(const int32_t* offs, int64_t num_groups, int64_t M, Format format) {
   detail::with_op("mxq::validate_offs", [&] {
     detail::validate_offs_args(offs, num_groups, M);
-    detail::check_host_offs(offs, num_groups, M, "M");
+    detail::check_host_offs(offs, num_groups, M, "M", detail::format_block(format));
   });
 }
 

@@ -12,14 +12,15 @@
 
 namespace mxq {
 
-void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream) {
+void validate_offs(const int32_t* offs_device, int64_t num_groups, int64_t M, cudaStream_t stream,
+                   Format format) {
   detail::with_op("mxq::validate_offs", [&] {
     detail::validate_offs_args(offs_device, num_groups, M);
     std::vector<int32_t> offs(static_cast<size_t>(num_groups));
     MXQ_CHECK_CUDA(cudaMemcpyAsync(offs.data(), offs_device, offs.size() * sizeof(int32_t),
                                    cudaMemcpyDefault, stream));
     MXQ_CHECK_CUDA(cudaStreamSynchronize(stream));
-    detail::check_host_offs(offs.data(), num_groups, M, "M");
+    detail::check_host_offs(offs.data(), num_groups, M, "M", detail::format_block(format));
   });
 }
 

@@ -20,7 +20,7 @@ void launch_quantize_routed(const QuantizeRoutedParams&, int) { no_cuda(); }
 
 }  // namespace detail
 
-void validate_offs(const int32_t*, int64_t, int64_t, cudaStream_t) {
+void validate_offs(const int32_t*, int64_t, int64_t, cudaStream_t, Format) {
   detail::with_op("mxq::validate_offs", [] { detail::no_cuda(); });
 }
 void check_status(const int32_t*, cudaStream_t) {

@@ -515,6 +515,17 @@ TEST(BlockwiseReference, GroupedEqualsDenseAndChecksOffsAt128) {
   refused({128, 160}, "offs[1]=160 is not a multiple of 128 (group sizes must be)");
   refused({256, 128}, "offs must be non-decreasing, got offs[1]=128 after offs[0]=256");
   refused({768}, "offs[0]=768 exceeds M=640");
+  // The synchronizing checker takes the format's block too.
+  const std::vector<int32_t> at128 = {128, 384}, at32 = {128, 160};
+  EXPECT_NO_THROW(validate_offs_host(at128.data(), 2, M, Format::kFp8Blockwise));
+  EXPECT_NO_THROW(validate_offs_host(at32.data(), 2, M));  // MXFP8's 32 by default
+  try {
+    validate_offs_host(at32.data(), 2, M, Format::kFp8Blockwise);
+    ADD_FAILURE() << "validate_offs_host took a group end of 160 for FP8 blockwise";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "mxq::validate_offs: offs[1]=160 is not a multiple of 128 (group sizes must be)");
+  }
 }
 
 // Routed rows: a hand-built padded tensor (groups padded to 128, Mp = roundup(N + 127E, 128)) with

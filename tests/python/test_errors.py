@@ -282,6 +282,12 @@ def test_validate_offs_messages(device):
     for values, text in cases:
         with raises(ValueError, text):
             mxq.validate_offs(_offs(device, values), M)
+    # The format's block: 128 for FP8 blockwise, whose group ends the ops check at 128 too.
+    mxq.validate_offs(_offs(device, (128, 384)), M, format="fp8_blockwise")
+    with raises(ValueError, "mxq.validate_offs: offs[1]=160 is not a multiple of 128"):
+        mxq.validate_offs(_offs(device, (128, 160)), M, format="fp8_blockwise")
+    with raises(ValueError, 'mxq.validate_offs: format must be "mxfp8" or "fp8_blockwise", got "fp8"'):
+        mxq.validate_offs(_offs(device, (128,)), M, format="fp8")
     # M itself, checked first as the ops check it (48 passed, -32 was reported as offs[0]=0 exceeding it).
     for bad_M, rule in (
         (48, "must be a multiple of 32, got 48"),
