@@ -47,6 +47,60 @@ __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock
   return bs.s;
 }
 
+// ---- load ---- of C::kRows tile rows from row mh of x (h_rows of them inside x; rows past them
+// stage zeros): warp w issues the cp.async copies of rows 8w..8w+7, one whole tile row per
+// instruction. Routed: each row from its source row; lane l holds the entry of the warp's row l % 8
+// (copy i shuffles row i's), returned for scale_f32_rows after the wait.
+template <class C, class V, class Params>
+__device__ __forceinline__ RouteEntry stage_f32_rows(uint4 (&tile)[C::kRows][C::kChunksPerRow],
+                                                     const Params& p, const float* x, int64_t mh,
+                                                     int h_rows, int64_t k0, bool chunk_in,
+                                                     int warp, int lane) {
+  [[maybe_unused]] RouteEntry route{};
+  if constexpr (V::kRouted) {
+    route = route_entry<C::kLoads>(p, mh, h_rows, warp, lane);
+#pragma unroll
+    for (int i = 0; i < C::kLoads; ++i) {
+      const int row = warp * C::kLoads + i;
+      const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+      const bool in = chunk_in && src >= 0;
+      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                          in ? x + int64_t(src) * p.K + k0 + lane * C::kChunk : x, in);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < C::kLoads; ++i) {
+      const int row = warp * C::kLoads + i;
+      const bool in = chunk_in && row < h_rows;
+      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
+                          in ? x + (mh + row) * p.K + k0 + lane * C::kChunk : x, in);
+    }
+  }
+  return route;
+}
+
+// Routed with a scale, after this thread's cp.async wait: it multiplies the chunks it staged by
+// their rows' factors in place.
+template <class C, class V, class Params>
+__device__ __forceinline__ void scale_f32_rows(uint4 (&tile)[C::kRows][C::kChunksPerRow],
+                                               const Params& p, const RouteEntry& route,
+                                               bool chunk_in, int warp, int lane) {
+  if constexpr (V::kRouted) {
+    if (p.scaled) {
+#pragma unroll
+      for (int i = 0; i < C::kLoads; ++i) {
+        const int row = warp * C::kLoads + i;
+        const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
+        const float f = __shfl_sync(0xFFFFFFFFu, route.scale, i);
+        if (chunk_in && src >= 0) {
+          uint4& c = tile[row][f32_chunk(row, lane)];
+          c = scale_chunk<DType::kFloat32>(c, f);
+        }
+      }
+    }
+  }
+}
+
 // The kernel body, for TileParams or (routed variants) RoutedTileParams.
 template <class Format, ScalingMode kMode, Variant kV, class Params>
 __device__ __forceinline__ void tile_f32_body(const Params& p) {
@@ -63,47 +117,14 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
 
   // ---- load ----
   const bool chunk_in = lane * C::kChunk < cols;
-  [[maybe_unused]] RouteEntry route{};
-  if constexpr (V::kRouted) {
-    // Lane l holds the entry of the warp's row l % 8; copy i shuffles row i's.
-    route = route_entry<C::kLoads>(p, m0, rows, warp, lane);
-#pragma unroll
-    for (int i = 0; i < C::kLoads; ++i) {
-      const int row = warp * C::kLoads + i;
-      const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
-      const bool in = chunk_in && src >= 0;
-      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
-                          in ? x + int64_t(src) * p.K + k0 + lane * C::kChunk : x, in);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < C::kLoads; ++i) {
-      const int row = warp * C::kLoads + i;
-      const bool in = chunk_in && row < rows;
-      ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
-                          in ? x + (m0 + row) * p.K + k0 + lane * C::kChunk : x, in);
-    }
-  }
+  const RouteEntry route = stage_f32_rows<C, V>(tile, p, x, m0, rows, k0, chunk_in, warp, lane);
   __shared__ TilePlaces places;
   if (V::kGrouped && warp == 0) {
     plan_tile_places<C::kBands>(places, p.offs, p.num_groups, p.M, m0, k0, p.K, V::kRowwise,
                                 V::kCol == ColScales::kKGroups);
   }
   ptx::cp_async_wait_all();
-  if constexpr (V::kRouted) {
-    if (p.scaled) {
-#pragma unroll
-      for (int i = 0; i < C::kLoads; ++i) {
-        const int row = warp * C::kLoads + i;
-        const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
-        const float f = __shfl_sync(0xFFFFFFFFu, route.scale, i);
-        if (chunk_in && src >= 0) {
-          uint4& c = tile[row][f32_chunk(row, lane)];
-          c = scale_chunk<DType::kFloat32>(c, f);
-        }
-      }
-    }
-  }
+  scale_f32_rows<C, V>(tile, p, route, chunk_in, warp, lane);
   __syncwarp();
   // ---- rowwise ----
   if constexpr (V::kRowwise) {
@@ -187,41 +208,9 @@ __device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
   // Stages rows [mh, mh + 64) of the tile (mh = m0 or m0 + 64; h_rows of them inside x) and waits
   // for this thread's copies (routed: scaled in place).
   const auto stage = [&](int64_t mh, int h_rows) {
-    [[maybe_unused]] RouteEntry route{};
-    if constexpr (V::kRouted) {
-      route = route_entry<C::kLoads>(p, mh, h_rows, warp, lane);
-#pragma unroll
-      for (int i = 0; i < C::kLoads; ++i) {
-        const int row = warp * C::kLoads + i;
-        const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
-        const bool in = chunk_in && src >= 0;
-        ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
-                            in ? x + int64_t(src) * p.K + k0 + lane * C::kChunk : x, in);
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < C::kLoads; ++i) {
-        const int row = warp * C::kLoads + i;
-        const bool in = chunk_in && row < h_rows;
-        ptx::cp_async_cg_16(&tile[row][f32_chunk(row, lane)],
-                            in ? x + (mh + row) * p.K + k0 + lane * C::kChunk : x, in);
-      }
-    }
+    const RouteEntry route = stage_f32_rows<C, V>(tile, p, x, mh, h_rows, k0, chunk_in, warp, lane);
     ptx::cp_async_wait_all();
-    if constexpr (V::kRouted) {
-      if (p.scaled) {
-#pragma unroll
-        for (int i = 0; i < C::kLoads; ++i) {
-          const int row = warp * C::kLoads + i;
-          const int src = __shfl_sync(0xFFFFFFFFu, route.row, i);
-          const float f = __shfl_sync(0xFFFFFFFFu, route.scale, i);
-          if (chunk_in && src >= 0) {
-            uint4& c = tile[row][f32_chunk(row, lane)];
-            c = scale_chunk<DType::kFloat32>(c, f);
-          }
-        }
-      }
-    }
+    scale_f32_rows<C, V>(tile, p, route, chunk_in, warp, lane);
   };
   // Rowwise: lane l of warp w converts piece l%4 of the half's row 8w + l/4.
   const auto rowwise = [&](int64_t mh, int h_rows) {
