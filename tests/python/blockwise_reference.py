@@ -1,4 +1,4 @@
-"""A small pure-torch FP8 blockwise reference written from docs/numerics.md §13 (SPEC §14), independently of the C++
+"""A small pure-torch FP8 blockwise reference written from docs/numerics.md §13, independently of the C++
 reference, as torch_reference.py is for MXFP8. Everything runs on the CPU in plain torch ops:
 
     widen to fp32 exactly; a block (128 values along one axis, or a 128x128 weight tile) holding NaN or Inf gets

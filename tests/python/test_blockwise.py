@@ -1,4 +1,4 @@
-"""FP8 blockwise (docs/numerics.md §13, SPEC §14) through the torch ops and the Python API: every output byte for byte
+"""FP8 blockwise (docs/numerics.md §13) through the torch ops and the Python API: every output byte for byte
 against the pure-torch reference written from the spec (blockwise_reference.py), on the CPU dispatch (the C++
 reference) and on CUDA; layouts and strides; grouped == dense; routed == quantize of the padded tensor; weights;
 dequantize; the error messages; opcheck, Meta, torch.compile(fullgraph=True), CUDA graphs. On CUDA with torchao 0.18:
@@ -100,7 +100,7 @@ def quantize(x: torch.Tensor, mode: str = "fp32", **kwargs) -> mxq.MXTensors:
 
 
 def check_layouts(t: mxq.MXTensors, M: int, K: int) -> None:
-    """The contract's layouts (SPEC §14): q_row (M, K) row-major; s_row fp32 (M, K/128) strides (1, M); q_col the
+    """The contract's layouts (docs/numerics.md §13.3): q_row (M, K) row-major; s_row fp32 (M, K/128) strides (1, M); q_col the
     (K, M) array seen as (M, K), strides (1, M); s_col fp32 (K, M/128) strides (1, K)."""
     if t.q_row is not None:
         assert (t.q_row.dtype, t.q_row.shape, t.q_row.stride()) == (torch.float8_e4m3fn, (M, K), (K, 1))
@@ -718,7 +718,7 @@ def test_torchao_weight_quantizer_byte_equal(shape):
 
 @requires_cuda
 def test_torchao_divergence_on_nonfinite_input():
-    """The stated divergence (SPEC §14): torchao's amax drops NaN (the block keeps the finite d of its other values,
+    """The stated divergence (docs/numerics.md §13): torchao's amax drops NaN (the block keeps the finite d of its other values,
     the NaN element becomes 0x7E) and an Inf block gets d = inf (its other bytes 0, the Inf element 0x7E); mxq gives
     both blocks d = NaN and data 0x7F. Every other block stays byte-equal."""
     ao = _torchao_kernels()
