@@ -45,21 +45,8 @@ __device__ __forceinline__ BlockScale blockwise_scale(uint32_t amax_bits, float&
 // returns the block's factor.
 template <DType kIn, ScalingMode kMode>
 __device__ __forceinline__ float blockwise_row_piece(const uint4 (&v)[4], uint4 (&q)[2]) {
-  uint32_t m2 = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    m2 = ptx::max_u16x2(m2, ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
-                                           ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
-  }
   float d;
-  const BlockScale bs = blockwise_scale<kIn, kMode>(amax_fold<kIn>(m2), d);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[2 * h].x, v[2 * h].y, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h].z, v[2 * h].w, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
-  }
+  convert_row_piece<kIn>(v, blockwise_scale<kIn, kMode>(row_piece_amax<kIn>(v), d), q);
   return d;
 }
 
@@ -67,34 +54,16 @@ __device__ __forceinline__ float blockwise_row_piece(const uint4 (&v)[4], uint4 
 // each, element order) into its 32 bytes q; returns the block's factor.
 template <DType kIn, ScalingMode kMode>
 __device__ __forceinline__ float blockwise_col_piece(const uint32_t (&w)[16], uint4 (&q)[2]) {
-  uint32_t m2 = 0;
-#pragma unroll
-  for (int i = 0; i < 16; ++i) m2 = amax_step<kIn>(m2, w[i]);
   float d;
-  const BlockScale bs = blockwise_scale<kIn, kMode>(amax_fold<kIn>(m2), d);
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t* v = w + 8 * h;
-    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[0], v[1], bs.r)),
-                      bs.select(quantize_words<kIn>(v[2], v[3], bs.r)),
-                      bs.select(quantize_words<kIn>(v[4], v[5], bs.r)),
-                      bs.select(quantize_words<kIn>(v[6], v[7], bs.r)));
-  }
+  convert_col_piece<kIn>(w, blockwise_scale<kIn, kMode>(col_piece_amax<kIn>(w), d), q);
   return d;
 }
 
 // One 32-element fp32 piece (v: 32 words) into its 32 bytes q; returns the block's factor.
 template <ScalingMode kMode>
 __device__ __forceinline__ float blockwise_piece_f32(const uint32_t (&v)[32], uint4 (&q)[2]) {
-  uint32_t m = 0;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) m = max(m, v[i] & 0x7FFFFFFFu);
   float d;
-  const BlockScale bs = blockwise_scale<DType::kFloat32, kMode>(m, d);
-  uint32_t* words = reinterpret_cast<uint32_t*>(q);
-#pragma unroll
-  for (int w = 0; w < 8; ++w) words[w] = bs.select(quantize_words_f32(v + 4 * w, bs.r));
+  convert_f32_piece(v, blockwise_scale<DType::kFloat32, kMode>(f32_piece_amax(v), d), q);
   return d;
 }
-
 }  // namespace mxq::kernels

@@ -127,6 +127,67 @@ __device__ __forceinline__ uint32_t quantize_words_f32(const uint32_t* v, float 
   return lo | (hi << 16);
 }
 
+// ---- one 32-element piece: its amax and its 32 bytes at a given scale ----
+// Both formats build their blocks from these: an MXFP8 block is one piece, an FP8 blockwise block
+// four (blockwise.cuh). Row pieces come as the 4 chunks of a staged 16-bit row, column pieces as
+// the 16 words ldmatrix.trans hands over (two elements each, element order).
+template <DType kIn>
+__device__ __forceinline__ uint32_t row_piece_amax(const uint4 (&v)[4]) {
+  uint32_t m2 = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m2 = ptx::max_u16x2(m2, ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
+                                           ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
+  }
+  return amax_fold<kIn>(m2);
+}
+template <DType kIn>
+__device__ __forceinline__ void convert_row_piece(const uint4 (&v)[4], const BlockScale& bs,
+                                                  uint4 (&q)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[2 * h].x, v[2 * h].y, bs.r)),
+                      bs.select(quantize_words<kIn>(v[2 * h].z, v[2 * h].w, bs.r)),
+                      bs.select(quantize_words<kIn>(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
+                      bs.select(quantize_words<kIn>(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
+  }
+}
+template <DType kIn>
+__device__ __forceinline__ uint32_t col_piece_amax(const uint32_t (&w)[16]) {
+  uint32_t m2 = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) m2 = amax_step<kIn>(m2, w[i]);
+  return amax_fold<kIn>(m2);
+}
+template <DType kIn>
+__device__ __forceinline__ void convert_col_piece(const uint32_t (&w)[16], const BlockScale& bs,
+                                                  uint4 (&q)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t* v = w + 8 * h;
+    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[0], v[1], bs.r)),
+                      bs.select(quantize_words<kIn>(v[2], v[3], bs.r)),
+                      bs.select(quantize_words<kIn>(v[4], v[5], bs.r)),
+                      bs.select(quantize_words<kIn>(v[6], v[7], bs.r)));
+  }
+}
+
+// fp32 pieces (32 words): amax as an unsigned max of the sign-masked patterns (NaN above Inf, as
+// for 16-bit input; written out rather than through amax_step<kFloat32>, whose commuted max
+// operands ptxas schedules in another order on sm_90a), and the 32 bytes.
+__device__ __forceinline__ uint32_t f32_piece_amax(const uint32_t (&v)[32]) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) m = max(m, v[i] & 0x7FFFFFFFu);
+  return m;
+}
+__device__ __forceinline__ void convert_f32_piece(const uint32_t (&v)[32], const BlockScale& bs,
+                                                  uint4 (&q)[2]) {
+  uint32_t* words = reinterpret_cast<uint32_t*>(q);
+#pragma unroll
+  for (int w = 0; w < 8; ++w) words[w] = bs.select(quantize_words_f32(v + 4 * w, bs.r));
+}
+
 // ---- data stores ----
 
 // One 16-byte global store, .cs (streaming) when kStreaming. Only the expert-weight kernel streams

@@ -33,17 +33,8 @@ __device__ __forceinline__ int f32_chunk(int row, int c) {
 // 0x7F. amax: an unsigned max of sign-masked fp32 patterns (NaN above Inf, as for 16-bit input).
 template <ScalingMode kMode>
 __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock], uint4 (&q)[2]) {
-  // amax_step<kFloat32>'s body, written out: the call gives the same instructions, but in another
-  // order on sm_90a (ptxas schedules the commuted max operands differently).
-  uint32_t m = 0;
-#pragma unroll
-  for (int i = 0; i < kBlock; ++i) m = max(m, v[i] & 0x7FFFFFFFu);
-  const BlockScale bs = block_scale<DType::kFloat32, kMode>(m);
-  uint32_t* words = reinterpret_cast<uint32_t*>(q);
-#pragma unroll
-  for (int w = 0; w < kBlock / 4; ++w) {
-    words[w] = bs.select(quantize_words_f32(v + 4 * w, bs.r));
-  }
+  const BlockScale bs = block_scale<DType::kFloat32, kMode>(f32_piece_amax(v));
+  convert_f32_piece(v, bs, q);
   return bs.s;
 }
 
@@ -247,17 +238,9 @@ __device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
           &tile[row][f32_chunk(row, k / C::kChunk)])[k % C::kChunk];
     }
   };
-  const auto piece_amax = [](const uint32_t(&b)[kPiece]) {
-    uint32_t m = 0;
-#pragma unroll
-    for (int j = 0; j < kPiece; ++j) m = max(m, b[j] & 0x7FFFFFFFu);
-    return m;
-  };
   const auto convert_column = [&](const uint32_t(&b)[kPiece], const BlockScale& bs, int half) {
     uint4 q[2];
-    uint32_t* words = reinterpret_cast<uint32_t*>(q);
-#pragma unroll
-    for (int w = 0; w < kPiece / 4; ++w) words[w] = bs.select(quantize_words_f32(b + 4 * w, bs.r));
+    convert_f32_piece(b, bs, q);
     const bool k_in = k < cols;
     const int hr = half * C::kRows;  // the half's first row in the tile
     store_block_pair(p.q_col + (k0 + k) * p.M + m0 + hr + band * 16, q, k_in && hr < rows,
@@ -273,7 +256,7 @@ __device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
   if constexpr (V::kColwise) {
     uint32_t b[kPiece];
     read_column(b);
-    amax0 = piece_amax(b);
+    amax0 = f32_piece_amax(b);
   }
   __syncthreads();  // half 0 is read: half 1 may overwrite it
   // ---- half 1 ----
@@ -285,7 +268,7 @@ __device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
     uint32_t b[kPiece];
     read_column(b);
     // The block's amax: this thread's two pieces, then its neighbour's (the other band).
-    uint32_t amax = max(amax0, piece_amax(b));
+    uint32_t amax = max(amax0, f32_piece_amax(b));
     amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
     float d;
     const BlockScale bs = blockwise_scale_of<DType::kFloat32, kMode>(amax, d);

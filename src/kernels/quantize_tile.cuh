@@ -212,37 +212,15 @@ __device__ __forceinline__ TileSpan tile_span(const TileParams& p) {
 template <DType kIn, ScalingMode kMode>
 __device__ __forceinline__ uint8_t convert_row_block(const uint4 (&v)[Config<>::kChunksPerBlock],
                                                      uint4 (&q)[2]) {
-  uint32_t m2 = 0;
-#pragma unroll
-  for (int i = 0; i < Config<>::kChunksPerBlock; ++i) {
-    m2 = ptx::max_u16x2(m2, ptx::max_u16x2(ptx::max_u16x2(v[i].x & kAbsMask2, v[i].y & kAbsMask2),
-                                           ptx::max_u16x2(v[i].z & kAbsMask2, v[i].w & kAbsMask2)));
-  }
-  const BlockScale bs = block_scale<kIn, kMode>(amax_fold<kIn>(m2));
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[2 * h].x, v[2 * h].y, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h].z, v[2 * h].w, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h + 1].x, v[2 * h + 1].y, bs.r)),
-                      bs.select(quantize_words<kIn>(v[2 * h + 1].z, v[2 * h + 1].w, bs.r)));
-  }
+  const BlockScale bs = block_scale<kIn, kMode>(row_piece_amax<kIn>(v));
+  convert_row_piece<kIn>(v, bs, q);
   return bs.s;
 }
 template <DType kIn, ScalingMode kMode>
 __device__ __forceinline__ uint8_t convert_col_block(const uint32_t (&w)[kBlock / 2],
                                                      uint4 (&q)[2]) {
-  uint32_t m2 = 0;
-#pragma unroll
-  for (int i = 0; i < kBlock / 2; ++i) m2 = amax_step<kIn>(m2, w[i]);
-  const BlockScale bs = block_scale<kIn, kMode>(amax_fold<kIn>(m2));
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const uint32_t* v = w + 8 * h;
-    q[h] = make_uint4(bs.select(quantize_words<kIn>(v[0], v[1], bs.r)),
-                      bs.select(quantize_words<kIn>(v[2], v[3], bs.r)),
-                      bs.select(quantize_words<kIn>(v[4], v[5], bs.r)),
-                      bs.select(quantize_words<kIn>(v[6], v[7], bs.r)));
-  }
+  const BlockScale bs = block_scale<kIn, kMode>(col_piece_amax<kIn>(w));
+  convert_col_piece<kIn>(w, bs, q);
   return bs.s;
 }
 
