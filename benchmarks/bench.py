@@ -94,6 +94,7 @@ class Case:
     block = property(lambda c: (c.set, c.M, c.K, c.dtype, c.kind, c.groups, c.experts, c.scaling, c.format))
     key = property(lambda c: (c.experts, c.M, c.K, c.dtype, c.format))  # cases sharing one set of buffers
     blockwise = property(lambda c: c.format == BLOCKWISE)
+    routed = property(lambda c: c.op in ROUTED_OPS)  # the routed set's ops, and FP8 blockwise's in its set
     # the quantize ops' block size and rule; the format argument only for FP8 blockwise, so that an MXFP8 case calls
     # the ops as a build from before the format argument takes them (an A/B against an older commit)
     quant_args = property(lambda c: (128, BLOCKWISE_MODE, BLOCKWISE) if c.blockwise else (32, "rceil"))
@@ -105,7 +106,7 @@ class Case:
         return f"{self.experts}x{self.M}x{self.K}" if self.op == "weight" else f"{self.M}x{self.K}"
 
     def grouping_text(self) -> str:
-        if self.set == "routed":
+        if self.routed:
             return f"E={self.groups} k={self.top_k} {self.kind}"
         if self.op == "weight" or self.kind == "dense":
             return self.scaling or "dense"
@@ -145,11 +146,15 @@ def plan(a) -> list[Case]:
                 ops = ("fused", "copy", "torchao_blockwise", "rowwise", "colwise")
                 cases += [Case(s, op, M, K, a.dtype, format=BLOCKWISE) for op in ops]
                 cases.append(Case(s, "fused", M, K, a.dtype, "random", BLOCKWISE_GROUPS, format=BLOCKWISE))
-            w = [
+            cases += [
                 Case(s, "weight", N, K, a.dtype, experts=G, scaling="128x128", format=BLOCKWISE)
                 for G, N, K in BLOCKWISE_WEIGHTS
             ]
-            cases += w
+            cases += [  # the routed input stage: uniform routing (torchao has no FP8 blockwise routed pipeline)
+                Case(s, op, T, K, "bf16", "uniform", E, top_k=k, format=BLOCKWISE)
+                for T, K, E, k in ROUTED_SHAPES
+                for op in ROUTED_OPS[:3]
+            ]
         elif s == "routed":
             cases += [
                 Case(s, op, T, K, "bf16", kind, E, top_k=k)
@@ -247,7 +252,8 @@ def routed_meta(c: Case) -> tuple[dict, list]:
     N = c.M * c.top_k
     args = [meta(c.M, c.K, dtype=DTYPES[c.dtype]), meta(N), meta(c.groups, dtype=torch.int32)]
     args.append(meta(N, dtype=torch.float32) if c.op == "routed_scaled" else None)
-    outs = torch.ops.mxq.quantize_routed.default(*args, "rceil", True, True)
+    _, mode, *fmt = c.quant_args
+    outs = torch.ops.mxq.quantize_routed.default(*args, mode, True, True, *fmt)
     return dict(zip(("x", "index", "counts", "scale"), args)), list(outs)
 
 
@@ -264,7 +270,7 @@ def routed_traffic(c: Case) -> tuple[int, int]:
 
 def case_bytes(c: Case) -> tuple[int, int, int]:
     """(read, written, effective) bytes of one call; effective: the fused count for fused and composed (the work)."""
-    if c.set == "routed":
+    if c.routed:
         read, written = routed_traffic(c)
         return read, written, read + written
     m, n = meta_outputs(c), c.elements
@@ -440,17 +446,18 @@ def skip_unavailable(cases: list[Case]) -> tuple[list[Case], list[dict]]:
     return [c for c in cases if not why.get(c.op)], skipped
 
 
-def routed_op(op: str, x, ws: RoutedWorkspace, E: int, scaled: bool = False):
-    """One call of a routed op: fused (routed; routed_scaled, or `scaled`: with the gate scores), the unfused
-    composition or torchao's pipeline."""
+def routed_op(op: str, c: Case, x, ws: RoutedWorkspace, scaled: bool = False):
+    """One call of a routed op in c's format: fused (routed; routed_scaled, or `scaled`: with the gate scores), the
+    unfused composition or torchao's pipeline."""
     if op == "routed_torchao":
-        return torchao_pipeline()[0](x, ws.index, ws.counts, E)
+        return torchao_pipeline()[0](x, ws.index, ws.counts, c.groups)
     scale = ws.scale if scaled or op == "routed_scaled" else None
+    _, mode, *fmt = c.quant_args
     if op == "routed_unfused":
         from mxq.dispatch import quantize_routed_composed  # gather, pad (index_copy_ at dest), mxq.quantize(offs_p)
 
-        return tuple(quantize_routed_composed(x, ws.index, ws.counts, scale=scale))
-    return torch.ops.mxq.quantize_routed.default(x, ws.index, ws.counts, scale, "rceil", True, True)
+        return tuple(quantize_routed_composed(x, ws.index, ws.counts, scale=scale, scaling_mode=mode, format=c.format))
+    return torch.ops.mxq.quantize_routed.default(x, ws.index, ws.counts, scale, mode, True, True, *fmt)
 
 
 def copy_into(x: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
@@ -462,8 +469,8 @@ def copy_into(x: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
 def make_call(c: Case, ws: Workspace, offs):
     """One call of c's op on rotation set i, into the set's buffers where the op has an out= form."""
     ops, x, (block, mode, *fmt) = torch.ops.mxq, ws.x, c.quant_args
-    if c.set == "routed":
-        return lambda i: routed_op(c.op, x[i], ws, c.groups)
+    if c.routed:
+        return lambda i: routed_op(c.op, c, x[i], ws)
     if c.op == "weight":
         return lambda i: ops.quantize_weight.default(x[i], mode, c.scaling, True, True, *fmt)
     if c.op == "torchao_blockwise":
@@ -716,6 +723,7 @@ def verify_routed(block: list[Case], ws: RoutedWorkspace) -> list[dict]:
     device's padded rows, scales as plain matrices, offs_p and dest shifted by the band's first padded row).
     torchao's pipeline is not compared (its padded layout differs: an empty expert gets 32 rows)."""
     c0, x, records = block[0], ws.x[0], []
+    block_size, mode, *fmt = c0.quant_args
     E, K, N, full = c0.groups, c0.K, c0.M * c0.top_k, c0.elements <= FULL_CHECK_ELEMENTS
     ends = [0, *ws.counts.long().cumsum(0).tolist()]
     cut = lambda n: next(e for e in range(1, E + 1) if ends[e] >= min(n, N))  # experts 0..cut-1 hold >= n rows
@@ -728,7 +736,7 @@ def verify_routed(block: list[Case], ws: RoutedWorkspace) -> list[dict]:
 
     def poisoned(op: str, scaled: bool) -> dict:  # fresh allocations likely reuse the poisoned block
         torch.empty(3 * N * K, dtype=torch.uint8, device=x.device).fill_(POISON)
-        return dict(zip(ROUTED_NAMES, routed_op(op, x, ws, E, scaled)))
+        return dict(zip(ROUTED_NAMES, routed_op(op, c0, x, ws, scaled)))
 
     for op in [c.op for c in block if c.op != "routed_torchao"]:
         scaled = op == "routed_scaled"
@@ -743,7 +751,7 @@ def verify_routed(block: list[Case], ws: RoutedWorkspace) -> list[dict]:
             na, nb, pa = ends[ea], ends[eb], offs[ea - 1] if ea else 0
             sc = scale[na:nb] if scaled else None
             ref = torch.ops.mxq.quantize_routed.default(
-                xc, index[na:nb], ws.counts[ea:eb].cpu(), sc, "rceil", True, True
+                xc, index[na:nb], ws.counts[ea:eb].cpu(), sc, mode, True, True, *fmt
             )
             ref = dict(zip(ROUTED_NAMES, ref))
             if full:
@@ -754,7 +762,7 @@ def verify_routed(block: list[Case], ws: RoutedWorkspace) -> list[dict]:
             pairs += [(ref[k][: pb - pa], g[k][pa:pb].cpu()) for k in ("q_row", "q_col")]
             pairs += [
                 (mine["s_row"][: pb - pa], plain["s_row"][pa:pb]),
-                (mine["s_col"], plain["s_col"][:, pa // 32 : pb // 32]),
+                (mine["s_col"], plain["s_col"][:, pa // block_size : pb // block_size]),
             ]
             pairs += [(ref["offs_p"], g["offs_p"][ea:eb].cpu() - pa), (ref["dest"], g["dest"][na:nb].cpu() - pa)]
         record(op, "== cpu" if full else f"== cpu (first and last experts, >= {BAND_ROWS} rows each)", pairs, full)
@@ -817,7 +825,7 @@ def capture_all(a, cases: list[Case], l2: int) -> tuple[list, list, list, dict]:
     for block in [list(b) for _, b in itertools.groupby(cases, lambda c: c.block)]:
         c0 = block[0]
         try:
-            if c0.set == "routed":
+            if c0.routed:
                 ws, offs = RoutedWorkspace(c0, l2, a.seed), None
                 offs_record[f"routed {c0.M}x{c0.K}/E={c0.groups}/k={c0.top_k}/{c0.kind}"] = ws.counts.tolist()
                 print(f"-- {c0.shape_text()} {c0.grouping_text()}: {ws.sets} buffer sets, counts {ws.routing}")
@@ -825,7 +833,7 @@ def capture_all(a, cases: list[Case], l2: int) -> tuple[list, list, list, dict]:
             elif c0.key not in workspaces:
                 ws = workspaces[c0.key] = Workspace(c0, max_groups[c0.key], l2, a.seed)
                 print(f"-- {c0.shape_text()} {c0.dtype}: {ws.sets} buffer sets of {fmt_bytes(ws.x[0].nbytes)} input")
-            if c0.set != "routed":
+            if not c0.routed:
                 ws = workspaces[c0.key]
                 align = 128 if c0.blockwise else 32
                 offs_list = group_offsets(c0.kind, c0.M, c0.groups, a.seed, align) if c0.groups else None
@@ -881,7 +889,10 @@ def run_bench(a, cases: list[Case], mxq) -> int:
     ]
     results = [(t.case, make_row(t, roof)) for t in timed]
     for s in a.sets:
-        print(f"\n## {s}\n\n{routed_table(results) if s == 'routed' else set_table(results, s)}")
+        tables = [set_table(results, s)] * (s != "routed") + [routed_table(results, s)] * any(
+            c.set == s and c.routed for c, _ in results
+        )
+        print(f"\n## {s}\n\n" + "\n\n".join(tables))
     print(summary(results, l2))
     method = {"rounds": a.rounds, "replays": a.replays, "warmup_rounds": WARMUP_ROUNDS, "seed": a.seed}
     method |= {"dtype": a.dtype, "scaling_mode": "rceil", "roof_copies": ROOF_COPIES, "verify": a.verify}
@@ -894,7 +905,7 @@ def run_bench(a, cases: list[Case], mxq) -> int:
         method["blockwise_scaling_mode"] = BLOCKWISE_MODE
     doc = {"schema": SCHEMA, "date": now(), "commit": commit(), "mxq": str(Path(mxq.__file__).parent), "gpu": gpu}
     doc |= {"sets": a.sets, "method": method, "roof": roof, "rows": [r for _, r in results], "verify": verify}
-    doc |= {"routed_targets": routed_targets(results) if "routed" in a.sets else [], "skipped": skipped}
+    doc |= {"routed_targets": routed_targets(results), "skipped": skipped}
     write_outputs(doc | {"errors": errors, "offs": offs}, json_path, render, a.plot)
     bad = [v for v in verify if not v["ok"]]
     for e in errors:
@@ -918,7 +929,7 @@ def make_row(t: Timed, roof: list[dict]) -> dict:
         row["neighbour"] = {"M": c.neighbour[0], "K": c.neighbour[1]}
     if c.op == "weight":
         row |= {"experts": c.experts, "N": c.M, "scaling": c.scaling}
-    if c.set == "routed":
+    if c.routed:
         row |= {"T": c.M, "E": c.groups, "top_k": c.top_k, "N": c.M * c.top_k, "routing": c.kind}
     row |= {"us": us, "us_min": min(t.samples), "us_max": max(t.samples), "bytes_read": read, "bytes_written": written}
     row |= {"bytes": read + written, "TBps": (read + written) / us / 1e6, "effective_bytes": effective}
@@ -971,7 +982,8 @@ SET_EXTRAS["blockwise"] = ["torchao / mxq time", "% of copy row"]
 def set_table(results: list, s: str) -> str:
     """One set's rows (outside main op by op) with the columns that the set compares."""
     body, columns = [], SET_COLUMNS.get(s, ["scaling"])
-    for c, r in sorted([cr for cr in results if cr[0].set == s], key=lambda cr: s == "main" or OPS.index(cr[0].op)):
+    rows = [cr for cr in results if cr[0].set == s and not cr[0].routed]
+    for c, r in sorted(rows, key=lambda cr: s == "main" or OPS.index(cr[0].op)):
         named = {"dtype": c.dtype, "groups": c.grouping_text(), "align": r["align"], "scaling": c.scaling}
         eff = f"{r['effective_TBps']:.3f}" if c.op in ("fused", "composed") else ""
         cells = [c.op, c.shape_text(), *(named[k] for k in columns), f"{r['us']:.1f}", fmt_bytes(r["bytes"])]
@@ -1002,12 +1014,13 @@ def routed_targets(results: list) -> list[dict]:
     targets (>= 1.8x unfused where N * K >= 2^26, >= 85% of the copy roof, skewed within 3% of uniform)."""
     out, t = [], ROUTED_TARGETS
     for c, r in results:
-        if c.set != "routed" or c.op != "routed":
+        if c.op != "routed":
             continue
         unfused, ao = partner(results, c, op="routed_unfused"), partner(results, c, op="routed_torchao")
         uniform = partner(results, c, kind="uniform") if c.kind == "skewed" else None
         big = c.elements >= t["min_elements"]
-        x = {"T": c.M, "K": c.K, "E": c.groups, "top_k": c.top_k, "routing": c.kind, "us": r["us"]}
+        x = {"set": c.set, "format": c.format, "T": c.M, "K": c.K, "E": c.groups, "top_k": c.top_k, "routing": c.kind}
+        x["us"] = r["us"]
         x |= {
             "vs_unfused": unfused and round(unfused["us"] / r["us"], 3),
             "vs_torchao": ao and round(ao["us"] / r["us"], 3),
@@ -1020,10 +1033,10 @@ def routed_targets(results: list) -> list[dict]:
     return out
 
 
-def routed_table(results: list) -> str:
-    """The routed set: every row, then the fused op against the others with the targets as pass/fail columns."""
+def routed_table(results: list, s: str) -> str:
+    """Set s's routed rows, then the fused op against the others with the targets as pass/fail columns."""
     body = []
-    for c, r in [cr for cr in results if cr[0].set == "routed"]:
+    for c, r in [cr for cr in results if cr[0].set == s and cr[0].routed]:
         cells = [c.op, c.shape_text(), c.grouping_text(), f"{r['us']:.1f}", fmt_bytes(r["bytes"])]
         body.append(cells + [f"{r['TBps']:.3f}", f"{r['pct_roof']:.1f}"])
     text = md_table(["op", "TxK", "routing", "us", "fused bytes", "TB/s", "% roof"], body)
@@ -1034,6 +1047,7 @@ def routed_table(results: list) -> str:
         + [f"{x['skew_over_uniform']:.3f}" if x["skew_over_uniform"] else "-", f"{x['pct_roof']:.1f}"]
         + [mark(x[k]) for k in ("pass_speedup", "pass_roof", "pass_skew")]
         for x in routed_targets(results)
+        if x["set"] == s
     ]
     t = ROUTED_TARGETS
     header = ["TxK", "routing", "fused us", "vs unfused", "vs torchao", "skew/uniform", "% roof"]

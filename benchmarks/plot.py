@@ -166,6 +166,10 @@ def shape(r: dict) -> str:
     return f"{r['M']}x{r['K']}"
 
 
+def routed_label(r: dict) -> str:
+    return f"{r['M']}x{r['K']}\nE={r['groups']} k={r.get('top_k')} {r['groups_kind']}"
+
+
 def panels(rows: list[dict], peers: bool) -> list[tuple]:
     """(title, groups, y label) of every panel the run has rows for."""
     main = [r for r in rows if r["set"] == "main"]
@@ -208,11 +212,7 @@ def panels(rows: list[dict], peers: bool) -> list[tuple]:
         ),
         (
             "Routed input stage (gather by route, pad to 32, both axes), bf16 x; all ops: the fused op's bytes / time",
-            of(
-                [r for r in rows if r["set"] == "routed"],
-                lambda r: f"{r['M']}x{r['K']}\nE={r['groups']} k={r.get('top_k')} {r['groups_kind']}",
-                (*ROUTED, "routed_torchao"),
-            ),
+            of([r for r in rows if r["set"] == "routed"], routed_label, (*ROUTED, "routed_torchao")),
             EFFECTIVE,
         ),
     ]
@@ -232,6 +232,13 @@ def panels(rows: list[dict], peers: bool) -> list[tuple]:
                 ("fused", "torchao_blockwise", "rowwise", "colwise", "copy", "weight"),
             ),
             "TB/s (fused, torchao: fused bytes / time)",
+        )
+    )
+    found.append(
+        (
+            "FP8 blockwise routed input stage (gather by route, pad to 128, both axes), bf16 x; fused op's bytes / time",
+            of(blockwise, routed_label, tuple(ROUTED)),
+            EFFECTIVE,
         )
     )
     return [p for p in found if any(set(g) & set(ORDER) for g in p[1].values())]

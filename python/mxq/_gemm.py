@@ -159,23 +159,35 @@ def quantize_routed_composed(
     counts: Tensor,
     *,
     scale: Tensor | None = None,
-    scaling_mode: str = "rceil",
+    scaling_mode: str | None = None,
     rowwise: bool = True,
     colwise: bool = True,
     backend: str = "fused",
+    format: str = "mxfp8",
 ) -> RoutedMXTensors:
     """:func:`mxq.quantize_routed`'s result by the composed baseline (docs/numerics.md §12.1): gather the routed rows
     ``x[index]``, multiply by ``scale`` rounded to x's dtype (``(x[index].float() * scale[:, None]).to(x.dtype)``),
-    copy them into the zeroed padded row space, then :func:`mxq.quantize` with the padded group ends (``backend``:
-    its kernel). x (T, K), index (N,) int32/int64 source rows in expert-sorted order, counts (E,) rows per expert
-    (Σ = N), scale (N,) fp32 or None. Three passes over the routed rows besides the quantization; no host sync."""
+    copy them into the zeroed padded row space (groups padded to the format's block: 32, or 128 for
+    ``"fp8_blockwise"``), then :func:`mxq.quantize` with the padded group ends (``backend``: its kernel). x (T, K),
+    index (N,) int32/int64 source rows in expert-sorted order, counts (E,) rows per expert (Σ = N), scale (N,) fp32
+    or None; ``scaling_mode`` None for the format's default. Three passes over the routed rows besides the
+    quantization; no host sync."""
     N = index.shape[0]
-    offs_p, dest, Mp = padded_row_space(torch.cumsum(counts, 0), N)
+    ops.check_format("mxq.quantize_routed_composed", format)
+    offs_p, dest, Mp = padded_row_space(torch.cumsum(counts, 0), N, ops.FORMAT_BLOCK[format])
     v = x.index_select(0, index)
     if scale is not None:
         v = (v.float() * scale.unsqueeze(1)).to(x.dtype)
     padded = x.new_zeros(Mp, x.shape[1]).index_copy_(0, dest, v)
-    q = ops.quantize(padded, rowwise=rowwise, colwise=colwise, scaling_mode=scaling_mode, offs=offs_p, backend=backend)
+    q = ops.quantize(
+        padded,
+        rowwise=rowwise,
+        colwise=colwise,
+        scaling_mode=scaling_mode,
+        offs=offs_p,
+        backend=backend,
+        format=format,
+    )
     return RoutedMXTensors(*q, offs_p, dest.to(torch.int32))
 
 
@@ -271,11 +283,12 @@ class PaddedRowSpace(NamedTuple):
     Mp: int
 
 
-def padded_row_space(offs: Tensor, M: int) -> PaddedRowSpace:
+def padded_row_space(offs: Tensor, M: int, block: int = BLOCK) -> PaddedRowSpace:
     """The padded row space of M rows grouped by ``offs`` (any sizes): (offs_p, dest, Mp). Group g's rows move to
-    start at ``P_g = Σ_{j<g} roundup(n_j, 32)`` and are followed by its zero padding rows; ``offs_p`` (G,) int32 are
-    the padded group ends; the caller's tail rows (past offs[-1]) follow offs_p[-1]; ``dest`` (M,) int64 is the
-    padded row of each caller row; ``Mp = roundup(M + 31·G, 32)`` rows hold any offs, so nothing is read on the host.
+    start at ``P_g = Σ_{j<g} roundup(n_j, block)`` and are followed by its zero padding rows; ``offs_p`` (G,) int32
+    are the padded group ends; the caller's tail rows (past offs[-1]) follow offs_p[-1]; ``dest`` (M,) int64 is the
+    padded row of each caller row; ``Mp = roundup(M + (block-1)·G, block)`` rows hold any offs, so nothing is read on
+    the host. ``block``: the format's block, 32 (MXFP8) or 128 (FP8 blockwise).
 
     Written from docs/numerics.md §12 with torch ops, this is the independent reference for the routed op's padded
     row space (``mxq::quantize_routed``: src/kernels/route.cu on the GPU, src/ref/routed.cpp on the CPU):
@@ -284,14 +297,14 @@ def padded_row_space(offs: Tensor, M: int) -> PaddedRowSpace:
     A malformed offs (a negative size, a negative start or an end past M) fails a device-side assertion; the indices
     are clamped into range first, so nothing is read or written outside the buffers before it fires."""
     G = offs.shape[0]
-    Mp = round_up(M + (BLOCK - 1) * G, BLOCK)
+    Mp = round_up(M + (block - 1) * G, block)
     ends = offs.long()
     sizes = torch.diff(ends, prepend=ends.new_zeros(1))
     torch._assert_async(
         (sizes.min() >= 0) & (ends[-1] <= M),
         "mxq: the grouped GEMM's offs must be non-decreasing, non-negative and at most M",
     )
-    padded = (sizes + BLOCK - 1) // BLOCK * BLOCK
+    padded = (sizes + block - 1) // block * block
     ends_p = torch.cumsum(padded, 0)
     # Each group's rows move by one shift, its padded start minus its start; the tail's by the padded end minus
     # the end.

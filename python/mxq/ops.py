@@ -56,7 +56,7 @@ _KIND_NAMES = {Tensor: "a torch.Tensor", bool: "a bool", str: "a str", int: "an 
 
 # The block formats: each one's block (the ops' block_size), default scale rule and weight policy.
 FORMATS = ("mxfp8", "fp8_blockwise")
-_BLOCK = {"mxfp8": 32, "fp8_blockwise": 128}
+FORMAT_BLOCK = {"mxfp8": 32, "fp8_blockwise": 128}  # elements per block along the quantized axis
 _DEFAULT_SCALING_MODE = {"mxfp8": "rceil", "fp8_blockwise": "fp32"}
 _DEFAULT_WEIGHT_SCALING = {"mxfp8": "32x32", "fp8_blockwise": "128x128"}
 
@@ -76,7 +76,7 @@ def check_types(op: str, *args: tuple[str, object, type]) -> None:
 
 def check_format(op: str, format) -> None:
     """TypeError for a ``format`` that is not a str, ValueError for one that is not a format's name."""
-    if not (isinstance(format, str) and format in _BLOCK):
+    if not (isinstance(format, str) and format in FORMAT_BLOCK):
         check_type(op, "format", format, str)
         raise ValueError(f'{op}: format must be "mxfp8" or "fp8_blockwise", got "{format}"')
 
@@ -148,7 +148,7 @@ def quantize(
         and isinstance(backend, str)
         and (offs is None or isinstance(offs, Tensor))
         and isinstance(format, str)
-        and format in _BLOCK
+        and format in FORMAT_BLOCK
     ):
         check_types(
             "mxq.quantize",
@@ -163,7 +163,7 @@ def quantize(
         _scaling_mode("mxq.quantize", scaling_mode, format)
     if scaling_mode is None:
         scaling_mode = _DEFAULT_SCALING_MODE[format]
-    block = _BLOCK[format]
+    block = FORMAT_BLOCK[format]
     if out is not None:
         if backend != "fused":
             raise ValueError(f'mxq.quantize: out needs backend="fused", got "{backend}"')

@@ -285,9 +285,13 @@ std::vector<WeightBadCase> weight_bad_cases() {
        "dtype must be DType::kBFloat16, kFloat16 or kFloat32, got 3"},
       {"scaling_7", [](QuantizeWeightParams& p) { p.scaling = static_cast<WeightScaling>(7); },
        "scaling must be WeightScaling::k1x32 or k32x32, got 7"},
-      {"scaling_mode_2",
-       [](QuantizeWeightParams& p) { p.scaling_mode = static_cast<ScalingMode>(2); },
-       "scaling_mode must be ScalingMode::kRceil or kFloor, got 2"},
+      {"scaling_mode_9",
+       [](QuantizeWeightParams& p) { p.scaling_mode = static_cast<ScalingMode>(9); },
+       "scaling_mode must be ScalingMode::kRceil or kFloor, got 9"},
+      {"scaling_mode_fp32_for_mxfp8",
+       [](QuantizeWeightParams& p) { p.scaling_mode = ScalingMode::kFp32; },
+       "scaling_mode must be ScalingMode::kRceil or kFloor for format mxfp8, got ScalingMode::kFp32 (a rule of format "
+       "fp8_blockwise)"},
   };
 }
 

@@ -118,6 +118,10 @@ def _example(monkeypatch):
     return example
 
 
+@pytest.mark.skipif(
+    torch.torch_version.TorchVersion(torch.__version__) < "2.12",
+    reason="TorchTitan 0.3's flex attention needs torch >= 2.12 (create_block_mask(separate_full_blocks=...))",
+)
 def test_causal_sdpa_equals_torchtitan_flex_attention_on_one_document(monkeypatch):
     """The DeepSeek-V3 debug model with the example's causal SDPA and no masks computes what TorchTitan's flex
     attention computes with its block-causal masks for sequences of one document each (forward; flex attention has
