@@ -762,7 +762,7 @@ def verify_routed(block: list[Case], ws: RoutedWorkspace) -> list[dict]:
             pairs += [(ref[k][: pb - pa], g[k][pa:pb].cpu()) for k in ("q_row", "q_col")]
             pairs += [
                 (mine["s_row"][: pb - pa], plain["s_row"][pa:pb]),
-                (mine["s_col"], plain["s_col"][:, pa // block_size : pb // block_size]),
+                (mine["s_col"][:, : (pb - pa) // block_size], plain["s_col"][:, pa // block_size : pb // block_size]),
             ]
             pairs += [(ref["offs_p"], g["offs_p"][ea:eb].cpu() - pa), (ref["dest"], g["dest"][na:nb].cpu() - pa)]
         record(op, "== cpu" if full else f"== cpu (first and last experts, >= {BAND_ROWS} rows each)", pairs, full)
