@@ -889,9 +889,8 @@ def run_bench(a, cases: list[Case], mxq) -> int:
     ]
     results = [(t.case, make_row(t, roof)) for t in timed]
     for s in a.sets:
-        tables = [set_table(results, s)] * (s != "routed") + [routed_table(results, s)] * any(
-            c.set == s and c.routed for c, _ in results
-        )
+        routed = [c.routed for c, _ in results if c.set == s]
+        tables = [set_table(results, s)] * (not all(routed)) + [routed_table(results, s)] * any(routed)
         print(f"\n## {s}\n\n" + "\n\n".join(tables))
     print(summary(results, l2))
     method = {"rounds": a.rounds, "replays": a.replays, "warmup_rounds": WARMUP_ROUNDS, "seed": a.seed}
