@@ -290,8 +290,8 @@ std::vector<WeightBadCase> weight_bad_cases() {
        "scaling_mode must be ScalingMode::kRceil or kFloor, got 9"},
       {"scaling_mode_fp32_for_mxfp8",
        [](QuantizeWeightParams& p) { p.scaling_mode = ScalingMode::kFp32; },
-       "scaling_mode must be ScalingMode::kRceil or kFloor for format mxfp8, got ScalingMode::kFp32 (a rule of format "
-       "fp8_blockwise)"},
+       "scaling_mode must be ScalingMode::kRceil or kFloor for format mxfp8, got "
+       "ScalingMode::kFp32 (a rule of format fp8_blockwise)"},
   };
 }
 

@@ -39,7 +39,7 @@ def listed(capsys, *args):
 
 
 def test_list_counts_the_cases_of_each_set(capsys):
-    assert len(listed(capsys)) == 214 + 32 + 26  # mxq bench's 221 less the 7 probe rows, routed, FP8 blockwise
+    assert len(listed(capsys)) == 214 + 32 + 38  # mxq bench's 221 less the 7 probe rows, routed, FP8 blockwise
     counts = {s: len(listed(capsys, "--sets", s)) for s in bench.SETS}
     assert counts == {
         "main": 147,
@@ -48,7 +48,7 @@ def test_list_counts_the_cases_of_each_set(capsys):
         "dtypes": 9,
         "weights": 8,
         "routed": 32,
-        "blockwise": 26,
+        "blockwise": 38,
     }
     assert len(listed(capsys, "--quick")) == 2 * (6 + 5) + 10
     lines = listed(capsys, "--shapes", "512x4096", "--ops", "fused,copy", "--groups", "8")
@@ -328,8 +328,8 @@ def test_verify_routed_on_the_cpu(monkeypatch, full):
     assert all(r["ok"] and r["bytes"] > 0 for r in records)
     real = bench.routed_op
 
-    def corrupt(op, x, ws, E, scaled=False):  # the fused op's first q_row byte changed
-        out = real(op, x, ws, E, scaled)
+    def corrupt(op, c, x, ws, scaled=False):  # the fused op's first q_row byte changed
+        out = real(op, c, x, ws, scaled)
         if op == "routed":
             out[0].view(torch.uint8)[0, 0] ^= 1
         return out
@@ -350,7 +350,7 @@ def test_blockwise_set_lists_its_shapes_and_ops(capsys):
     assert shapes[:2] == ["16384x7168", "65536x2048"]  # issue 50's
     assert all(int(M) * int(K) >= 1 << 26 for M, K in (s.split("x") for s in shapes))
     for shape in shapes:
-        ops = sorted((op, grouping) for _, op, sh, _, grouping in lines if sh == shape)
+        ops = sorted((op, grouping) for _, op, sh, _, grouping in lines if sh == shape and op not in bench.ROUTED_OPS)
         assert ops == sorted(
             [(op, "dense") for op in ("fused", "copy", "torchao_blockwise", "rowwise", "colwise")] + [("fused", "G=8")]
         )
@@ -358,6 +358,13 @@ def test_blockwise_set_lists_its_shapes_and_ops(capsys):
         ["weight", "1x7168x2048"],
         ["weight", "8x4096x7168"],
     ]
+    # the routed input stage at the routed set's shapes, uniform routing, without torchao's (MXFP8-only) pipeline
+    routed = sorted((op, sh, grouping) for _, op, sh, _, grouping in lines if op in bench.ROUTED_OPS)
+    assert routed == sorted(
+        (op, f"{T}x{K}", f"E={E}")
+        for T, K, E, _ in bench.ROUTED_SHAPES
+        for op in ("routed", "routed_scaled", "routed_unfused")
+    )
     assert "torchao_blockwise" in bench.parse_args(["--ops", "torchao_blockwise"]).ops
 
 
