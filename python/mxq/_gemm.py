@@ -4,8 +4,9 @@ autograd Function that runs forward, dgrad and wgrad for every layer.
 Imports run one way: ``mxq.linear``, ``mxq.moe`` and ``mxq.dispatch`` import this module; it imports only
 ``mxq.ops`` (every quantize and dequantize goes through its typed wrappers) and ``mxq.config``.
 
-Every GEMM has the form A (R, C) · B (P, C)ᵀ with both operands MXFP8-quantized along C (docs/numerics.md §5); a
-layer's three GEMMs (docs/training.md):
+Every GEMM has the form A (R, C) · B (P, C)ᵀ with both operands quantized along C in the recipe's format: MXFP8
+(docs/numerics.md §5) or FP8 blockwise (§13: 1x128 blocks, 128x128 weight tiles, fp32 factors); a layer's three
+GEMMs (docs/training.md):
 
     GEMM                 A operand                          B operand
     forward  y  = x Wᵀ   x rowwise (1x32 along K)           W rowwise (along K)
@@ -50,9 +51,25 @@ def check_float_tensor(owner: str, name: str, t) -> None:
         raise TypeError(f"{owner}: {name} must be a floating-point tensor, got {t.dtype}")
 
 
-def check_multiple_of_32(owner: str, name: str, value: int, hint: str = "") -> None:
-    if value % BLOCK:
-        raise ValueError(f"{owner}: {name} must be a multiple of {BLOCK}, got {value}{hint}")
+def check_multiple(owner: str, name: str, value: int, block: int = BLOCK, hint: str = "") -> None:
+    """ValueError unless ``value`` is a multiple of ``block`` (the format's block: 32, or 128 for FP8 blockwise)."""
+    if value % block:
+        raise ValueError(f"{owner}: {name} must be a multiple of {block}, got {value}{hint}")
+
+
+def format_block(config: MXFP8Config) -> int:
+    """The elements of one block along a quantized axis in ``config``'s format: 32 (MXFP8), 128 (FP8 blockwise)."""
+    return ops.FORMAT_BLOCK[config.format]
+
+
+def check_grouped_format(owner: str, config: MXFP8Config) -> None:
+    """ValueError for a recipe whose format has no grouped GEMMs here (FP8 blockwise: its SM90 grouped GEMM is not
+    built yet); said when the layer is made, not at its first call."""
+    if config.format != "mxfp8":
+        raise ValueError(
+            f'{owner}: format "{config.format}" runs dense layers only (MXFP8Linear, mxfp8_linear); grouped GEMMs '
+            f'(grouped_mm, MXFP8GroupedExperts, TokenDispatcher) take an "mxfp8" recipe'
+        )
 
 
 def _autocast_on(device_type: str) -> bool:
@@ -81,15 +98,27 @@ def native_mx_gemm(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 10
 
 
+def native_blockwise_gemm(device: torch.device) -> bool:
+    """True where F.scaled_mm runs FP8 blockwise (1x128 x 128x128 and 1x128 x 1x128 fp32 block scales, cuBLASLt)
+    natively: CUDA devices of compute capability 9.x (Hopper)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] == 9
+
+
+NATIVE_GEMMS = {  # per format: (the capability test, what it needs, in words)
+    "mxfp8": (native_mx_gemm, "a CUDA device of compute capability 10.0 or above (MXFP8 GEMMs)"),
+    "fp8_blockwise": (native_blockwise_gemm, "a CUDA device of compute capability 9.x (FP8 blockwise GEMMs)"),
+}
+
+
 def use_native_gemm(owner: str, config: MXFP8Config, device: torch.device) -> bool:
     """Whether ``config``'s GEMMs run natively on ``device``. RuntimeError when the config forces the native GEMM
-    (``gemm="native"``) on a device that has none: a missing capability, said up front instead of torch's error
-    from inside the GEMM."""
-    native = native_mx_gemm(device)
+    (``gemm="native"``) on a device that has none for its format: a missing capability, said up front instead of
+    torch's error from inside the GEMM."""
+    has_native, needs = NATIVE_GEMMS[config.format]
+    native = has_native(device)
     if config.gemm == "native" and not native:
         raise RuntimeError(
-            f'{owner}: gemm="native" needs a CUDA device of compute capability 10.0 or above (MXFP8 GEMMs), got '
-            f'{device}; gemm="auto" picks the emulated GEMM there'
+            f'{owner}: gemm="native" needs {needs}, got {device}; gemm="auto" picks the emulated GEMM there'
         )
     return native and config.gemm != "emulated"
 
@@ -121,32 +150,36 @@ def dense_gemm_path(native: bool) -> str:
 # ---- operands ----
 
 
-def weight_operands(w: Tensor, scaling_mode: str, weight_scaling: str, colwise: bool = True) -> MXTensors:
+def weight_operands(w: Tensor, scaling_mode: str, weight_scaling: str, format: str, colwise: bool = True) -> MXTensors:
     """(q_row, s_row, q_col, s_col) of a 2-D (N, K) or 3-D (G, N, K) weight from one :func:`mxq.quantize_weight`
     call, every option passed explicitly; q_col and s_col are None when ``colwise`` is False."""
-    return ops.quantize_weight(w, scaling_mode=scaling_mode, weight_scaling=weight_scaling, colwise=colwise)
+    return ops.quantize_weight(
+        w, scaling_mode=scaling_mode, weight_scaling=weight_scaling, colwise=colwise, format=format
+    )
 
 
-def dual_quantize(t: Tensor, backend: str, scaling_mode: str, offs: Tensor | None = None) -> MXTensors:
+def dual_quantize(t: Tensor, backend: str, scaling_mode: str, format: str, offs: Tensor | None = None) -> MXTensors:
     """(q_row, s_row, q_col, s_col) of ``t`` from one call of the fused kernel or the composed baseline."""
-    return ops.quantize(t, scaling_mode=scaling_mode, offs=offs, backend=backend)
+    return ops.quantize(t, scaling_mode=scaling_mode, offs=offs, backend=backend, format=format)
 
 
-def activation_operands(a: Tensor, need_dw: bool, backend: str, x_colwise: str, scaling_mode: str, offs=None):
+def activation_operands(a: Tensor, need_dw: bool, plan: GemmPlan, offs=None):
     """(q, s, saved): the forward GEMM's rowwise operand of the activation ``a`` and what its wgrad needs later — a's
     colwise operand from the same call (``x_colwise="quantized"``), or ``a`` itself (quantized in backward)."""
-    if x_colwise == "quantized" and need_dw:
-        q, s, q_col, s_col = dual_quantize(a, backend, scaling_mode, offs)
+    if plan.x_colwise == "quantized" and need_dw:
+        q, s, q_col, s_col = dual_quantize(a, plan.backend, plan.scaling_mode, plan.format, offs)
         return q, s, (q_col, s_col)
-    q, s, _, _ = ops.quantize(a, colwise=False, scaling_mode=scaling_mode, offs=offs)
+    q, s, _, _ = ops.quantize(a, colwise=False, scaling_mode=plan.scaling_mode, offs=offs, format=plan.format)
     return q, s, ((a,) if need_dw else ())
 
 
-def saved_colwise(saved, scaling_mode: str, offs=None):
+def saved_colwise(saved, plan: GemmPlan, offs=None):
     """The activation's colwise operand (q_col, s_col) for wgrad from what :func:`activation_operands` saved."""
     if len(saved) == 2:
         return saved[0], saved[1]
-    _, _, q_col, s_col = ops.quantize(saved[0], rowwise=False, scaling_mode=scaling_mode, offs=offs)
+    _, _, q_col, s_col = ops.quantize(
+        saved[0], rowwise=False, scaling_mode=plan.scaling_mode, offs=offs, format=plan.format
+    )
     return q_col, s_col
 
 
@@ -237,7 +270,7 @@ def reuse_quantized_weights():
         hook.remove()
 
 
-def layer_weight_operands(weight: Tensor, w: Tensor, scaling_mode: str, weight_scaling: str):
+def layer_weight_operands(weight: Tensor, w: Tensor, config: MXFP8Config):
     """Both axes' operands of the layer weight ``weight`` (``w``: its bf16 contiguous form) from the
     :func:`reuse_quantized_weights` cache, or None outside such a block (the layer then quantizes it itself).
 
@@ -258,7 +291,7 @@ def layer_weight_operands(weight: Tensor, w: Tensor, scaling_mode: str, weight_s
         weight = base
     if weight.grad_fn is not None:
         return None
-    key = (id(weight), scaling_mode, weight_scaling)
+    key = (id(weight), config.format, config.scaling_mode, config.weight_scaling)
     stamp = (weight.data_ptr(), weight._version, weight.dtype, tuple(weight.shape), weight.device)
     hit = cache.get(key)
     if hit is not None and hit[0] is weight and hit[1] == stamp:
@@ -266,7 +299,7 @@ def layer_weight_operands(weight: Tensor, w: Tensor, scaling_mode: str, weight_s
     # Outside autograd, as in MXGemm.forward: a cached operand must not hold w's graph (the op has no autograd
     # formula; its outputs would carry a grad_fn that only fails at backward).
     with torch.no_grad():
-        operands = weight_operands(w, scaling_mode, weight_scaling, colwise=True)
+        operands = weight_operands(w, config.scaling_mode, config.weight_scaling, config.format, colwise=True)
     cache[key] = (weight, stamp, operands)  # keeps `weight` alive, so its id is not reused while cached
     return operands
 
@@ -392,11 +425,39 @@ def mx_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, path: str) -> Tensor
     return a @ b.t()
 
 
-def fwd_gemm(q_x, s_x, q_w, s_w, offs, path: str) -> Tensor:
+def blockwise_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, tiles: bool, path: str) -> Tensor:
+    """bf16 (R, P) = A · Bᵀ for FP8 blockwise A (R, C) and B (P, C), both contiguous e4m3 quantized along C
+    (docs/numerics.md §13): A in 1x128 blocks, ``sa`` (R, C/128) fp32 with strides (1, R); B in 128x128 tiles
+    (``tiles``, a weight: ``sb`` (P/128, roundup(C/128, 4)) row-major) or 1x128 blocks (``sb`` (P, C/128), strides
+    (1, P)). ``path="scaled_mm"``: F.scaled_mm (cuBLASLt, SM90) on the factors where quantize wrote them. Else
+    emulated: each operand dequantized in fp32 (e4m3 · factor), an fp32 matmul, rounded to bf16 once."""
+    if path == "scaled_mm":
+        F = torch.nn.functional
+        recipe_b = F.ScalingType.BlockWise128x128 if tiles else F.ScalingType.BlockWise1x128
+        scale_b = sb.t() if tiles else sb  # (C/128 padded, P/128) or (P, C/128) as cuBLASLt takes them
+        return F.scaled_mm(qa, qb.t(), sa, F.ScalingType.BlockWise1x128, scale_b, recipe_b, output_dtype=torch.bfloat16)
+    n, C = ops.FORMAT_BLOCK["fp8_blockwise"], qa.shape[1]
+    a = qa.float() * sa.float().repeat_interleave(n, 1)
+    if tiles:
+        fb = sb[:, : C // n].float().repeat_interleave(n, 0).repeat_interleave(n, 1)
+    else:
+        fb = sb.float().repeat_interleave(n, 1)
+    return (a @ (qb.float() * fb).t()).to(torch.bfloat16)
+
+
+def dense_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, b_is_weight: bool, plan: GemmPlan) -> Tensor:
+    """bf16 A · Bᵀ in the plan's format (B a weight: 128x128 tiles in FP8 blockwise)."""
+    if plan.format == "fp8_blockwise":
+        return blockwise_gemm(qa, sa, qb, sb, b_is_weight, plan.path)
+    return mx_gemm(qa, sa, qb, sb, plan.path)
+
+
+def fwd_gemm(q_x, s_x, q_w, s_w, offs, plan: GemmPlan) -> Tensor:
     """y = x Wᵀ (per group): x rowwise ((M, K); M-groups scales when grouped), W rowwise along K ((N, K), or
     (G, N, K) per expert)."""
+    path = plan.path
     if offs is None:
-        return mx_gemm(q_x, s_x, q_w, s_w, path)
+        return dense_gemm(q_x, s_x, q_w, s_w, True, plan)
     if path == "scaled_grouped_mm":
         # B (G, K, N) column-major: q_w.transpose(-2, -1) has strides (N·K, 1, K).
         return torch._scaled_grouped_mm(q_x, q_w.transpose(-2, -1), s_x, s_w, offs=offs, out_dtype=torch.bfloat16)
@@ -405,11 +466,12 @@ def fwd_gemm(q_x, s_x, q_w, s_w, offs, path: str) -> Tensor:
     return bf16_grouped(x, w.transpose(-2, -1), offs, path)
 
 
-def dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, path: str) -> Tensor:
+def dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, plan: GemmPlan) -> Tensor:
     """dx = dy W (per group): dy rowwise ((M, N); M-groups scales when grouped), W colwise along N: q_w_col logical
     (N, K) / (G, N, K) over the physical (K, N) / (G, K, N)."""
+    path = plan.path
     if offs is None:
-        return mx_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, path)  # (M, N) · (K, N)ᵀ
+        return dense_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, True, plan)  # (M, N) · (K, N)ᵀ
     if path == "scaled_grouped_mm":
         return torch._scaled_grouped_mm(q_dy, q_w_col, s_dy, s_w_col, offs=offs, out_dtype=torch.bfloat16)
     dy = ops.dequantize(q_dy, s_dy, offs, layout="m_groups")
@@ -417,11 +479,12 @@ def dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, path: str) -> Tensor:
     return bf16_grouped(dy, w_t.transpose(-2, -1), offs, path)
 
 
-def wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, path: str) -> Tensor:
+def wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, plan: GemmPlan) -> Tensor:
     """dW = dyᵀ x (per group): dy colwise (q_dy_col.t() is (N, M)), x colwise (q_x_col logical (M, K), strides
     (1, M)); K-groups scales when grouped."""
+    path = plan.path
     if offs is None:
-        return mx_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, path)  # (N, M) · (K, M)ᵀ
+        return dense_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, False, plan)  # (N, M) · (K, M)ᵀ
     if path == "scaled_grouped_mm":
         return torch._scaled_grouped_mm(q_dy_col.t(), q_x_col, s_dy_col, s_x_col, offs=offs, out_dtype=torch.bfloat16)
     dy_t = ops.dequantize(q_dy_col.t(), s_dy_col, offs, layout="k_groups")  # (N, M), tail tokens 0
@@ -437,6 +500,7 @@ class GemmPlan(NamedTuple):
     constants): the row map's name (``ROW_MAPS``), the config's fields, the routed quantization and the GEMM path."""
 
     rows: str
+    format: str
     backend: str
     x_colwise: str
     scaling_mode: str
@@ -448,6 +512,7 @@ class GemmPlan(NamedTuple):
 def gemm_plan(rows: str, config: MXFP8Config, path: str, routed_quantization: str = "fused") -> GemmPlan:
     return GemmPlan(
         rows,
+        config.format,
         config.activation_quantization_backend,
         config.x_colwise,
         config.scaling_mode,
@@ -475,7 +540,7 @@ class RowMap:
 
     def dy_operands(self, dy: Tensor, rows, scores, Mp: int, r: GemmPlan, need_dx: bool, need_dw: bool):
         """dy's four operands (rowwise for dgrad, colwise for wgrad) from the layer's output gradient."""
-        return dual_quantize(dy.to(torch.bfloat16).contiguous(), r.backend, r.scaling_mode, self.offs(rows))
+        return dual_quantize(dy.to(torch.bfloat16).contiguous(), r.backend, r.scaling_mode, r.format, self.offs(rows))
 
     def dx(self, dx: Tensor, rows) -> Tensor:
         return dx
@@ -588,12 +653,14 @@ class MXGemm(torch.autograd.Function):
             x_saved = (q_x_col, s_x_col) if need_dw else ()
         else:
             a = row_map.gemm_rows(x, rows, Mp)
-            q_x, s_x, x_saved = activation_operands(a, need_dw, r.backend, r.x_colwise, r.scaling_mode, offs)
+            q_x, s_x, x_saved = activation_operands(a, need_dw, r, offs)
         # One call: W rowwise (forward, now) and W colwise (dgrad, saved instead of W).
-        q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(w, r.scaling_mode, r.weight_scaling, need_dx)
+        q_w, s_w, q_w_col, s_w_col = w_operands or weight_operands(
+            w, r.scaling_mode, r.weight_scaling, r.format, need_dx
+        )
         w_saved = (q_w_col, s_w_col) if need_dx else ()
         with no_autocast(x.device.type):
-            y = fwd_gemm(q_x, s_x, q_w, s_w, offs, r.path)
+            y = fwd_gemm(q_x, s_x, q_w, s_w, offs, r)
         out, out_saved = row_map.output(y, rows, scores, num_tokens)
         scores_saved = (scores,) if scores is not None else ()
         groups = {"rows": rows, "scores": scores_saved, "out": out_saved if need_ds else (), "x": x_saved, "w": w_saved}
@@ -619,10 +686,10 @@ class MXGemm(torch.autograd.Function):
             with no_autocast(dout.device.type):
                 if need_dx:
                     q_w_col, s_w_col = saved["w"]
-                    dx = row_map.dx(dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, r.path), rows)
+                    dx = row_map.dx(dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, r), rows)
                 if need_dw:
-                    q_x_col, s_x_col = saved_colwise(saved["x"], r.scaling_mode, offs)
-                    dw = row_map.dw(wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, r.path), rows)
+                    q_x_col, s_x_col = saved_colwise(saved["x"], r, offs)
+                    dw = row_map.dw(wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, r), rows)
         if need_ds:
             ds = row_map.d_scores(dout, rows, saved["out"])
         return dx, dw, ds, None, None, None, None, None

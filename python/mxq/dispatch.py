@@ -58,6 +58,7 @@ from ._gemm import (
     ROUTED_QUANTIZATIONS,
     MXGemm,
     check_float_tensor,
+    check_grouped_format,
     gemm_plan,
     grouped_gemm_path,
     layer_weight_operands,
@@ -216,6 +217,7 @@ class TokenDispatcher:
         check_routed_quantization(owner, routed_quantization)
         self.num_experts = num_experts
         self.config = check_config(owner, config)
+        check_grouped_format(owner, self.config)
         self.routed_quantization = routed_quantization
 
     def __repr__(self) -> str:
@@ -264,7 +266,7 @@ class TokenDispatcher:
         if w.shape[1] % BLOCK:
             raise ValueError(f"{owner}: {name}'s N must be a multiple of {BLOCK}, got {w.shape[1]}")
         w_bf16 = w.to(torch.bfloat16).contiguous()
-        return w_bf16, layer_weight_operands(w, w_bf16, self.config.scaling_mode, self.config.weight_scaling)
+        return w_bf16, layer_weight_operands(w, w_bf16, self.config)
 
     @staticmethod
     def _check_padded(owner: str, name: str, t: Tensor, routed: RoutedTokens) -> None:

@@ -47,11 +47,11 @@ import torch
 from torch import Tensor, nn
 
 from ._gemm import (
-    BLOCK,
     MXGemm,
     check_float_tensor,
-    check_multiple_of_32,
+    check_multiple,
     dense_gemm_path,
+    format_block,
     gemm_plan,
     layer_weight_operands,
     native_mx_gemm,
@@ -85,12 +85,12 @@ def mxfp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, confi
     if x.dim() < 1 or x.shape[-1] != K:
         raise ValueError(f"{owner}: x must have shape (..., {K}) for a weight of shape {(N, K)}, got {tuple(x.shape)}")
     lead = x.shape[:-1]
-    M = math.prod(lead)
-    check_multiple_of_32(
-        owner, "the token count (the product of x's leading dims)", M, f" for x of shape {tuple(x.shape)}"
+    M, block = math.prod(lead), format_block(config)
+    check_multiple(
+        owner, "the token count (the product of x's leading dims)", M, block, f" for x of shape {tuple(x.shape)}"
     )
-    check_multiple_of_32(owner, "in_features (K)", K)
-    check_multiple_of_32(owner, "out_features (N)", N)
+    check_multiple(owner, "in_features (K)", K, block)
+    check_multiple(owner, "out_features (N)", N, block)
     if bias is not None and tuple(bias.shape) != (N,):
         raise ValueError(
             f"{owner}: bias must have shape ({N},) for a weight of shape {(N, K)}, got {tuple(bias.shape)}"
@@ -101,7 +101,7 @@ def mxfp8_linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, confi
     path = dense_gemm_path(use_native_gemm(owner, config, x.device))
     x2 = x.reshape(M, K).to(torch.bfloat16).contiguous()
     w = weight.to(torch.bfloat16).contiguous()
-    w_operands = layer_weight_operands(weight, w, config.scaling_mode, config.weight_scaling)
+    w_operands = layer_weight_operands(weight, w, config)
     y = MXGemm.apply(x2, w, None, w_operands, None, (), (M, M), gemm_plan("dense", config, path))
     y = y.to(output_dtype(x))
     if bias is not None:
@@ -130,9 +130,9 @@ class MXFP8Linear(nn.Linear):
         *,
         config: MXFP8Config | None = None,
     ) -> None:
-        check_multiple_of_32("MXFP8Linear", "in_features", in_features)
-        check_multiple_of_32("MXFP8Linear", "out_features", out_features)
         config = check_config("MXFP8Linear", config)
+        check_multiple("MXFP8Linear", "in_features", in_features, format_block(config))
+        check_multiple("MXFP8Linear", "out_features", out_features, format_block(config))
         super().__init__(in_features, out_features, bias=bias, device=device, dtype=dtype)
         self.mxfp8_config = config
 
@@ -164,11 +164,11 @@ class MXFP8Linear(nn.Linear):
         check_float_tensor("MXFP8Linear", "input", x)
         if x.dim() < 1 or x.shape[-1] != self.in_features:
             raise ValueError(f"MXFP8Linear: input must have shape (..., {self.in_features}), got {tuple(x.shape)}")
-        M = math.prod(x.shape[:-1])
-        if M % BLOCK:
+        M, block = math.prod(x.shape[:-1]), format_block(self.mxfp8_config)
+        if M % block:
             raise ValueError(
                 f"MXFP8Linear: the token count (the product of the input's leading dims) must be a multiple of "
-                f"{BLOCK}, got {M} for input shape {tuple(x.shape)}; pad the batch (mxq pads nothing itself)"
+                f"{block}, got {M} for input shape {tuple(x.shape)}; pad the batch (mxq pads nothing itself)"
             )
         return mxfp8_linear(x, self.weight, self.bias, config=self.mxfp8_config)
 

@@ -57,7 +57,8 @@ from torch import Tensor, nn
 from ._gemm import (
     MXGemm,
     check_float_tensor,
-    check_multiple_of_32,
+    check_grouped_format,
+    check_multiple,
     gemm_plan,
     grouped_gemm_path,
     layer_weight_operands,
@@ -130,8 +131,8 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
         raise ValueError(f"{owner}: x (M, K) and w (G, N, K) must share K, got x {tuple(x.shape)}, w {tuple(w.shape)}")
     if offs.device != x.device or w.device != x.device:
         raise ValueError(f"{owner}: x, w and offs must be on one device, got {x.device}, {w.device}, {offs.device}")
-    check_multiple_of_32(owner, "K", K)
-    check_multiple_of_32(owner, "N", N)
+    check_multiple(owner, "K", K)
+    check_multiple(owner, "N", N)
     if offs.device.type == "cpu" and not torch.compiler.is_compiling():
         # The offsets are on the host: check them here, under this op's name (on the GPU, padded_row_space asserts on the
         # device).
@@ -161,12 +162,13 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None
     GEMMs."""
     owner = "mxq.grouped_mm"
     config = check_config(owner, config)
+    check_grouped_format(owner, config)
     _check_grouped_args(owner, x, w, offs)
     path = grouped_gemm_path(x.device, use_native_gemm(owner, config, x.device))
     M = x.shape[0]
     offs_p, dest, Mp = padded_row_space(offs.contiguous(), M)
     w_bf16 = w.to(torch.bfloat16).contiguous()
-    w_operands = layer_weight_operands(w, w_bf16, config.scaling_mode, config.weight_scaling)
+    w_operands = layer_weight_operands(w, w_bf16, config)
     y = MXGemm.apply(
         x.to(torch.bfloat16).contiguous(),
         w_bf16,
@@ -261,9 +263,10 @@ class MXFP8GroupedExperts(GroupedExperts):
         config: MXFP8Config | None = None,
     ) -> None:
         owner = "MXFP8GroupedExperts"
-        check_multiple_of_32(owner, "dim", dim)
-        check_multiple_of_32(owner, "hidden_dim", hidden_dim)
+        check_multiple(owner, "dim", dim)
+        check_multiple(owner, "hidden_dim", hidden_dim)
         config = check_config(owner, config)
+        check_grouped_format(owner, config)
         super().__init__(num_experts, dim, hidden_dim, kind=kind, device=device, dtype=dtype)
         self.mxfp8_config = config
 

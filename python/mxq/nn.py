@@ -54,7 +54,7 @@ from torch import Tensor
 from torch import nn as tnn
 from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-from ._gemm import BLOCK
+from ._gemm import format_block
 from .config import MXFP8Config, check_config
 from .linear import MXFP8Linear, reuse_quantized_weights
 from .moe import GroupedExperts, MXFP8GroupedExperts, expert_dims, grouped_mm, is_expert_module
@@ -194,15 +194,17 @@ def class_name(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _not_multiples(dims: dict[str, int]) -> str | None:
-    bad = [f"{n}={v}" for n, v in dims.items() if v % BLOCK]
-    return f"{', '.join(bad)} not a multiple of {BLOCK}" if bad else None
-
-
-def plan(m: tnn.Module, style: str) -> tuple[dict, str] | str:
+def plan(m: tnn.Module, style: str, config: MXFP8Config) -> tuple[dict, str] | str:
     """(the per-module attributes of the converted module, the summary's detail) for a convertible module, or the
-    reason it is not converted."""
-    cls = type(m)
+    reason it is not converted (with ``config``: its format's block, and whether the format has grouped GEMMs)."""
+    cls, block = type(m), format_block(config)
+
+    def _not_multiples(dims: dict[str, int]) -> str | None:
+        bad = [f"{n}={v}" for n, v in dims.items() if v % block]
+        return f"{', '.join(bad)} not a multiple of {block}" if bad else None
+
+    if style != "linear" and config.format != "mxfp8":
+        return f'format "{config.format}" converts linears only (no grouped GEMM in this format yet)'
     if style == "linear":
         if isinstance(m, NonDynamicallyQuantizableLinear):
             return "nn.MultiheadAttention's out_proj: its parent reads the weight itself, never calls its forward"
@@ -292,7 +294,7 @@ def convert(model: tnn.Module, *, config: MXFP8Config | None = None, include=Non
         if hit is not None:
             summary.skipped.append(Skipped(name, tname, f"excluded by pattern {hit!r}"))
             continue
-        decision = plan(m, style)
+        decision = plan(m, style, config)
         if isinstance(decision, str):
             summary.skipped.append(Skipped(name, tname, decision))
             continue

@@ -265,7 +265,7 @@ def test_argument_type_bias_device_and_capability_errors():
 @pytest.mark.parametrize(
     "option, value",
     [
-        ("format", "fp8_blockwise"),
+        ("format", "fp16"),
         ("weight_scaling", "16x16"),
         ("activation_quantization_backend", "triton"),
         ("x_colwise", "fp8"),
@@ -284,13 +284,23 @@ def test_config_option_errors(option, value):
 
 def test_config_recipes():
     assert MXFP8Config.recipe("mxfp8_rceil") == MXFP8Config()
-    assert all(r.format == "mxfp8" for r in mxq.config.RECIPES.values())  # the format is a field of every recipe
+    # the format is a field of every recipe
+    assert {n: r.format for n, r in mxq.config.RECIPES.items()} == {
+        "mxfp8_rceil": "mxfp8",
+        "mxfp8_floor": "mxfp8",
+        "mxfp8_rceil_1x32": "mxfp8",
+        "fp8_blockwise": "fp8_blockwise",
+        "fp8_blockwise_pow2": "fp8_blockwise",
+    }
     assert MXFP8Config() == MXFP8Config("32x32", "fused", "high_precision", "rceil", "auto")
     assert MXFP8Config.recipe("mxfp8_floor").scaling_mode == "floor"
     assert MXFP8Config.recipe("mxfp8_rceil_1x32", gemm="emulated") == MXFP8Config(
         weight_scaling="1x32", gemm="emulated"
     )
-    with pytest.raises(ValueError, match='^mxq.MXFP8Config.recipe: name must be "mxfp8_rceil", "mxfp8_floor" or'):
+    with pytest.raises(
+        ValueError,
+        match='^mxq.MXFP8Config.recipe: name must be "mxfp8_rceil", "mxfp8_floor", "mxfp8_rceil_1x32", "fp8_blockwise" or',
+    ):
         MXFP8Config.recipe("mxfp8")
     with pytest.raises(ValueError, match="^mxq.MXFP8Config: gemm must be"):
         MXFP8Config.recipe("mxfp8_rceil", gemm="scaled_mm")

@@ -98,7 +98,9 @@ CONFIG = "^mxq.integrations.torchtitan.MXQConverter.Config: "
 
 
 def test_converter_rejects_a_bad_recipe_before_any_build():
-    with pytest.raises(ValueError, match=CONFIG + 'recipe must be "mxfp8_rceil", "mxfp8_floor" or'):
+    with pytest.raises(
+        ValueError, match=CONFIG + 'recipe must be "mxfp8_rceil", "mxfp8_floor", "mxfp8_rceil_1x32", "fp8_blockwise" or'
+    ):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(recipe="fp8")])
     with pytest.raises(ValueError, match=CONFIG + 'routed_quantization must be "fused" or "composed", got "x"'):
         deepseek_v3.model_registry("debugmodel", converters=[titan.MXQConverter.Config(routed_quantization="x")])

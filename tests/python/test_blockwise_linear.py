@@ -1,0 +1,209 @@
+"""The FP8 blockwise recipe (``MXFP8Config.recipe("fp8_blockwise")``, docs/training.md) in the dense layers: the
+config's per-format choices; MXFP8Linear's output and gradients against an emulation written here from
+docs/numerics.md §13 on the independent from-spec quantizer (blockwise_reference.py): each GEMM operand dequantized
+in fp32 (e4m3 · factor), an fp32 matmul, bf16 — the forward with x in 1x128 blocks and W in 128x128 tiles, dgrad with
+dy in 1x128 blocks along N and the same tiles, wgrad with dy and x in 128x1 blocks along the tokens; the bars against
+bf16; the error cases (128-multiples, grouped layers refused, gemm="native" off Hopper); the converter. On an SM90
+GPU: the native GEMMs (F.scaled_mm, cuBLASLt) against the emulated ones on the same operands, within fp32
+accumulation, and a torch.compile'd training step."""
+
+import pytest
+
+pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
+
+import dataclasses
+import math
+
+import blockwise_reference as bref
+import mxq
+import torch
+from helpers import DEVICES, sqnr
+from mxq import MXFP8Config, MXFP8Linear
+from torch import nn
+
+RECIPE = MXFP8Config.recipe("fp8_blockwise")
+requires_sm90 = pytest.mark.skipif(
+    not (torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9),
+    reason="needs a CUDA device of compute capability 9.x (F.scaled_mm's FP8 blockwise GEMMs)",
+)
+
+
+# ---- the recipe ----
+
+
+def test_recipe_fields_and_per_format_choices():
+    assert RECIPE == MXFP8Config(format="fp8_blockwise")  # None fields resolve to the format's first choice
+    assert (RECIPE.weight_scaling, RECIPE.scaling_mode, RECIPE.activation_quantization_backend) == (
+        "128x128",
+        "fp32",
+        "fused",
+    )
+    assert MXFP8Config.recipe("fp8_blockwise_pow2").scaling_mode == "rceil"
+    assert (MXFP8Config().weight_scaling, MXFP8Config().scaling_mode) == ("32x32", "rceil")
+    cases = [
+        ({"format": "fp8_blockwise", "weight_scaling": "32x32"}, 'weight_scaling must be "128x128" for format'),
+        ({"format": "fp8_blockwise", "scaling_mode": "floor"}, 'scaling_mode must be "fp32" or "rceil" for format'),
+        ({"format": "fp8_blockwise", "activation_quantization_backend": "composed"}, 'backend must be "fused" for'),
+        ({"weight_scaling": "128x128"}, 'weight_scaling must be "32x32" or "1x32" for format "mxfp8"'),
+        ({"scaling_mode": "fp32"}, 'scaling_mode must be "rceil" or "floor" for format "mxfp8", got "fp32"'),
+    ]
+    for fields, message in cases:
+        with pytest.raises(ValueError, match=f"^mxq.MXFP8Config: .*{message}"):
+            MXFP8Config(**fields)
+    # A resolved field stays resolved: switching an MXFP8 recipe's format names the field that no longer fits.
+    with pytest.raises(ValueError, match='weight_scaling must be "128x128" for format "fp8_blockwise", got "32x32"'):
+        dataclasses.replace(MXFP8Config(), format="fp8_blockwise")
+
+
+# ---- the emulation, from the spec ----
+
+
+def _f32(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """fp32 of e4m3 q (rows, cols) with one factor per 1x128 block along cols: d (rows, cols/128)."""
+    return q.float() * d.float().repeat_interleave(128, 1)
+
+
+def _tiles_f32(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """fp32 of e4m3 q (rows, cols) with one factor per 128x128 tile: d (rows/128, >= cols/128)."""
+    cols = q.shape[1] // 128
+    return q.float() * d[:, :cols].float().repeat_interleave(128, 0).repeat_interleave(128, 1)
+
+
+def emulated_linear(x, w, dy, mode="fp32"):
+    """(y, dx, dW) of y = x Wᵀ with every GEMM operand quantized by the from-spec quantizer."""
+    qx, sx, qx_col, sx_col = bref.quantize(x, mode)
+    qw, sw, _, _ = bref.quantize_weight(w, mode)
+    qdy, sdy, qdy_col, sdy_col = bref.quantize(dy, mode)
+    wf = _tiles_f32(qw, sw)  # (N, K): the same tiles and bytes serve forward and dgrad
+    y = _f32(qx, sx) @ wf.t()
+    dx = _f32(qdy, sdy) @ wf
+    # wgrad: 128x1 blocks along the tokens; q_col (M, N) views the (N, M) array, factors (N, M/128)
+    dw = _f32(qdy_col.t(), sdy_col) @ _f32(qx_col.t(), sx_col).t()
+    return y.bfloat16(), dx.bfloat16(), dw.bfloat16()
+
+
+def assert_gemm_close(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Equal to the fp32 emulation within fp32 accumulation order and the bf16 rounding of the output."""
+    got, expected = got.float().cpu(), expected.float().cpu()
+    tol = 2**-7 * expected.abs() + 1e-4 * expected.abs().max()
+    bad = (got - expected).abs() > tol
+    assert not bool(bad.any()), f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance"
+
+
+def _setup(device, M, K, N, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = (torch.randn(N, K, generator=g) / math.sqrt(K)).bfloat16()
+    x = torch.randn(M, K, generator=g).bfloat16()
+    dy = torch.randn(M, N, generator=g).bfloat16()
+    return x.to(device), w.to(device), dy.to(device)
+
+
+def _run(config, x, w, dy):
+    layer = MXFP8Linear(w.shape[1], w.shape[0], bias=False, device=x.device, dtype=torch.bfloat16, config=config)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+    xg = x.clone().requires_grad_(True)
+    y = layer(xg)
+    y.backward(dy)
+    return y.detach(), xg.grad, layer.weight.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["fp32", "rceil"])
+@pytest.mark.parametrize("MKN", [(256, 384, 128), (384, 256, 640)], ids=lambda s: "x".join(map(str, s)))
+def test_linear_equals_the_emulation_from_the_spec(MKN, mode, device):
+    M, K, N = MKN
+    x, w, dy = _setup(device, M, K, N, seed=M + K + N)
+    config = MXFP8Config(format="fp8_blockwise", scaling_mode=mode, gemm="emulated")
+    got = _run(config, x, w, dy)
+    for name, g, e in zip(("y", "dx", "dW"), got, emulated_linear(x, w, dy, mode)):
+        assert g.dtype == torch.bfloat16 and g.shape == e.shape, name
+        assert_gemm_close(g, e, name)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_bars_against_bf16(device):
+    """The recipe trains: output and gradients close to a bf16 nn.Linear's (the MXFP8 layers' SQNR bars)."""
+    x, w, dy = _setup(device, 256, 512, 384, seed=3)
+    got = _run(RECIPE, x, w, dy)
+    ref = nn.Linear(512, 384, bias=False, device=device, dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref.weight.copy_(w)
+    xg = x.clone().requires_grad_(True)
+    y = ref(xg)
+    y.backward(dy)
+    for name, g, e, bar in zip(("y", "dx", "dW"), got, (y.detach(), xg.grad, ref.weight.grad), (27.0, 25.0, 24.0)):
+        assert sqnr(e.float(), g.float()) > bar, name
+
+
+def test_linear_shapes_are_128_multiples():
+    x = torch.randn(128, 256)
+    with pytest.raises(ValueError, match="^MXFP8Linear: in_features must be a multiple of 128, got 96$"):
+        MXFP8Linear(96, 128, config=RECIPE)
+    with pytest.raises(ValueError, match="^MXFP8Linear: out_features must be a multiple of 128, got 160$"):
+        MXFP8Linear(128, 160, config=RECIPE)
+    layer = MXFP8Linear(256, 128, config=RECIPE)
+    with pytest.raises(ValueError, match="the token count .* must be a multiple of 128, got 96 for input shape"):
+        layer(x[:96])
+    with pytest.raises(ValueError, match=r"^mxq.mxfp8_linear: the token count .* multiple of 128, got 32 for x of"):
+        mxq.mxfp8_linear(x[:32], layer.weight, config=RECIPE)
+    assert layer(x).shape == (128, 128)
+
+
+def test_native_gemm_needs_hopper_and_grouped_layers_are_refused():
+    x, w, _ = _setup("cpu", 128, 128, 128)
+    with pytest.raises(
+        RuntimeError, match=r'^mxq.mxfp8_linear: gemm="native" needs a CUDA device of compute capability 9.x'
+    ):
+        mxq.mxfp8_linear(x, w, config=dataclasses.replace(RECIPE, gemm="native"))
+    grouped = 'format "fp8_blockwise" runs dense layers only'
+    with pytest.raises(ValueError, match=f"^mxq.grouped_mm: {grouped}"):
+        mxq.grouped_mm(x, w.unsqueeze(0), torch.tensor([128], dtype=torch.int32), config=RECIPE)
+    with pytest.raises(ValueError, match=f"^MXFP8GroupedExperts: {grouped}"):
+        mxq.MXFP8GroupedExperts(2, 128, 128, config=RECIPE)
+    with pytest.raises(ValueError, match=f"^mxq.TokenDispatcher: {grouped}"):
+        mxq.TokenDispatcher(4, config=RECIPE)
+
+
+def test_convert_takes_the_linears_and_names_why_not_the_experts():
+    model = nn.Sequential(nn.Linear(256, 128), nn.Linear(128, 96), mxq.moe.GroupedExperts(2, 128, 256))
+    summary = mxq.nn.convert(model, config=RECIPE)
+    assert [c.name for c in summary.converted] == ["0"]
+    assert {s.name: s.reason for s in summary.skipped} == {
+        "1": "out_features=96 not a multiple of 128",
+        "2": 'format "fp8_blockwise" converts linears only (no grouped GEMM in this format yet)',
+    }
+    assert model[0].mxfp8_config is RECIPE
+
+
+# ---- Hopper: the native GEMMs ----
+
+
+@requires_sm90
+@pytest.mark.parametrize("MKN", [(512, 2048, 7168), (384, 640, 896)], ids=lambda s: "x".join(map(str, s)))
+def test_native_equals_emulated(MKN):
+    """F.scaled_mm on mxq's operands (no copy) against the emulated GEMMs on the same operands: forward, dgrad,
+    wgrad within fp32 accumulation."""
+    x, w, dy = _setup("cuda", *MKN, seed=7)
+    native = _run(RECIPE, x, w, dy)
+    emulated = _run(dataclasses.replace(RECIPE, gemm="emulated"), x, w, dy)
+    for name, n, e in zip(("y", "dx", "dW"), native, emulated):
+        assert_gemm_close(n, e, name)
+
+
+@requires_sm90
+def test_compiled_training_step_equals_eager():
+    torch.manual_seed(0)
+    layer = MXFP8Linear(512, 256, config=RECIPE, device="cuda", dtype=torch.bfloat16)
+    x = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16)
+
+    def step(m, x):
+        y = m(x)
+        y.float().square().mean().backward()
+        return y
+
+    eager = step(layer, x).detach()
+    grad = layer.weight.grad.clone()
+    layer.weight.grad = None
+    compiled = torch.compile(step, fullgraph=True)(layer, x).detach()
+    assert torch.equal(compiled, eager) and torch.equal(layer.weight.grad, grad)
