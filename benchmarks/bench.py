@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import ctypes
 import dataclasses
 import datetime
@@ -1254,6 +1255,130 @@ def run_moe_step(a, mxq) -> int:
     return 0 if all(r["outputs_equal"] for r in rows) else 1
 
 
+# ---- a Linear's training step: --linear-step ----
+
+LINEAR_STEP_SHAPES = ((8192, 8192, 8192), (16384, 7168, 2048), (16384, 2048, 7168))  # (M, K, N)
+LINEAR_TARGETS = {"vs_bf16": {(8192, 8192, 8192): 1.3}, "vs_bf16_default": 1.2, "vs_torchao": 1.15}  # issue 51
+LINEAR_RUNS = ("bf16", "mxq fp8_blockwise", "torchao Float8BlockwiseLinear", "mxq mxfp8_rceil")
+
+
+def linear_modules(mxq, w: torch.Tensor) -> tuple[dict, dict]:
+    """({name: module}, {name: why it cannot run}) for LINEAR_RUNS, all on the same bf16 weight (N, K), no bias:
+    torch's nn.Linear, MXFP8Linear with the "fp8_blockwise" and "mxfp8_rceil" recipes (gemm "auto": F.scaled_mm on
+    Hopper for the first, the emulation below SM100 for the second) and torchao 0.18's Float8BlockwiseLinear."""
+    N, K = w.shape
+    ref = torch.nn.Linear(K, N, bias=False, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ref.weight.copy_(w)
+    mods, why = {"bf16": ref}, {}
+    for name, recipe in (("mxq fp8_blockwise", "fp8_blockwise"), ("mxq mxfp8_rceil", "mxfp8_rceil")):
+        m = mxq.MXFP8Linear(
+            K, N, bias=False, device="cuda", dtype=torch.bfloat16, config=mxq.MXFP8Config.recipe(recipe)
+        )
+        with torch.no_grad():
+            m.weight.copy_(w)
+        mods[name] = m
+    try:
+        from torchao.prototype.blockwise_fp8_training.linear import Float8BlockwiseLinear
+
+        mods["torchao Float8BlockwiseLinear"] = Float8BlockwiseLinear.from_float(copy.deepcopy(ref))
+    except Exception as e:  # noqa: BLE001 (absent, or an incompatible build)
+        why["torchao Float8BlockwiseLinear"] = f"torchao is not usable ({type(e).__name__}: {e})"
+    return mods, why
+
+
+def step_us(module, x: torch.Tensor, dy: torch.Tensor, rounds: int) -> float:
+    """GPU us of one forward + backward (y = module(x); y.backward(dy)), eager, between CUDA events issued while a
+    spin kernel holds the GPU (GPU time, not the host's): the median of `rounds` after 3 warm-up steps."""
+    times = []
+    for i in range(3 + rounds):
+        x.grad = module.weight.grad = None
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(HOST_LEAD_CYCLES)
+        start.record()
+        module(x).backward(dy)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def linear_stages(mxq, x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor, rounds: int) -> dict:
+    """us of each piece of the fp8_blockwise step alone (its quantizations and its three F.scaled_mm GEMMs, the
+    operands as the layer makes them) and of the three bf16 GEMMs: what limits the step."""
+    from mxq._gemm import blockwise_gemm  # the layer's own GEMM entry, on operands made here
+
+    fmt = "fp8_blockwise"
+    qx, qw, qdy = mxq.quantize(x, format=fmt), mxq.quantize_weight(w, format=fmt), mxq.quantize(dy, format=fmt)
+    pieces = {
+        "quantize x (rowwise)": lambda: mxq.quantize(x, colwise=False, format=fmt),
+        "quantize x (colwise, backward)": lambda: mxq.quantize(x, rowwise=False, format=fmt),
+        "quantize W (both axes)": lambda: mxq.quantize_weight(w, format=fmt),
+        "quantize dy (both axes)": lambda: mxq.quantize(dy, format=fmt),
+        "fp8 forward GEMM": lambda: blockwise_gemm(qx.q_row, qx.s_row, qw.q_row, qw.s_row, True, "scaled_mm"),
+        "fp8 dgrad GEMM": lambda: blockwise_gemm(qdy.q_row, qdy.s_row, qw.q_col.t(), qw.s_col, True, "scaled_mm"),
+        "fp8 wgrad GEMM": lambda: blockwise_gemm(qdy.q_col.t(), qdy.s_col, qx.q_col.t(), qx.s_col, False, "scaled_mm"),
+        "bf16 forward GEMM": lambda: x @ w.t(),
+        "bf16 dgrad GEMM": lambda: dy @ w,
+        "bf16 wgrad GEMM": lambda: dy.t() @ x,
+    }
+    return {name: round(median_ms(fn, rounds) * 1e3, 2) for name, fn in pieces.items()}
+
+
+def linear_step(a, mxq, M: int, K: int, N: int) -> dict:
+    """One shape: every LINEAR_RUNS module's fwd + bwd step on the same x, W, dy (the runs alternate round by round
+    through step_us's medians), the ratios to bf16 and torchao with issue 51's targets, the fp8_blockwise stages."""
+    g = torch.Generator().manual_seed(a.seed)
+    w = (torch.randn(N, K, generator=g) / math.sqrt(K)).cuda().bfloat16()
+    x = random_input(M, K, "bf16", a.seed).requires_grad_()
+    dy = random_input(M, N, "bf16", a.seed + 1)
+    from mxq._gemm import dense_gemm_path, native_blockwise_gemm
+
+    mods, why = linear_modules(mxq, w)
+    us = {name: round(step_us(m, x, dy, a.rounds), 2) for name, m in mods.items()}
+    mine, ao = us["mxq fp8_blockwise"], us.get("torchao Float8BlockwiseLinear")
+    want_bf16 = LINEAR_TARGETS["vs_bf16"].get((M, K, N), LINEAR_TARGETS["vs_bf16_default"])
+    row = {"M": M, "K": K, "N": N, "step_us": us, "skipped": why, "vs_bf16": round(us["bf16"] / mine, 3)}
+    row |= {"vs_torchao": ao and round(ao / mine, 3), "target_vs_bf16": want_bf16}
+    row |= {"pass_vs_bf16": row["vs_bf16"] >= want_bf16}
+    row["pass_vs_torchao"] = None if ao is None else row["vs_torchao"] >= LINEAR_TARGETS["vs_torchao"]
+    row["gemm_path"] = dense_gemm_path(native_blockwise_gemm(x.device))
+    return row | {"stages_us": linear_stages(mxq, x.detach(), w, dy, a.rounds)}
+
+
+def run_linear_step(a, mxq) -> int:
+    gpu = gpu_facts()
+    json_path = output_path(a.json, "linear_step_", gpu["name"])
+    print(f"bench.py --linear-step on {gpu['name']}, torch {gpu['torch']}, mxq {commit()}: median of {a.rounds} steps")
+    rows = []
+    for M, K, N in a.shapes_3d or LINEAR_STEP_SHAPES:
+        rows.append(linear_step(a, mxq, M, K, N))
+        print(f"   {M}x{K} -> {N}: " + ", ".join(f"{n} {t:.0f} us" for n, t in rows[-1]["step_us"].items()), flush=True)
+    mark = lambda v: "-" if v is None else "pass" if v else "FAIL"
+    body = [
+        [f"{r['M']}x{r['K']} -> {r['N']}"]
+        + [f"{r['step_us'][n]:.0f}" if n in r["step_us"] else "-" for n in LINEAR_RUNS]
+        + [f"{r['vs_bf16']:.2f}x", f"{r['vs_torchao']:.2f}x" if r["vs_torchao"] else "-"]
+        + [f"{mark(r['pass_vs_bf16'])} (>= {r['target_vs_bf16']}x)", mark(r["pass_vs_torchao"])]
+        for r in rows
+    ]
+    header = ["M x K -> N", *(f"{n} us" for n in LINEAR_RUNS), "fp8_blockwise vs bf16", "vs torchao"]
+    header += ["target vs bf16", f">= {LINEAR_TARGETS['vs_torchao']}x torchao"]
+    print("\n## fwd + bwd step (GPU us, eager; all quantization included)\n\n" + md_table(header, body))
+    stages = list(rows[0]["stages_us"])
+    body = [[s, *(f"{r['stages_us'][s]:.1f}" for r in rows)] for s in stages]
+    shapes = [f"{r['M']}x{r['K']} -> {r['N']}" for r in rows]
+    print("\n## fp8_blockwise pieces alone vs bf16 GEMMs (us)\n\n" + md_table(["piece", *shapes], body))
+    for r in rows:
+        for name, reason in r["skipped"].items():
+            print(f"SKIPPED: {name} at {r['M']}x{r['K']} -> {r['N']}: {reason}")
+    method = {"rounds": a.rounds, "warmup_steps": 3, "seed": a.seed, "timing": "eager fwd + bwd between CUDA events"}
+    doc = {"schema": SCHEMA, "mode": "linear_step", "date": now(), "commit": commit(), "gpu": gpu, "method": method}
+    write_outputs(doc | {"targets": {"vs_torchao": LINEAR_TARGETS["vs_torchao"]}, "steps": rows}, json_path, None, None)
+    return 0
+
+
 # ---- command line ----
 
 
@@ -1273,10 +1398,19 @@ def parse_args(argv: list[str] | None):
     add("--no-verify", dest="verify", action="store_false", help="skip the checks against the CPU reference")
     add("--eager", action="store_true", help="time a call from Python without CUDA graphs instead")
     add("--moe-step", action="store_true", help="time an MoE layer step by stage, fused vs composed dispatch instead")
+    add(
+        "--linear-step",
+        action="store_true",
+        help="time a Linear's fwd + bwd: FP8 blockwise vs bf16 and torchao instead (--shapes MxKxN,...)",
+    )
     add("--json", help="results file (default benchmarks/results/<gpu>_<date>.json; - for none)")
     add("--plot", type=Path, help="also draw the results there (benchmarks/plot.py; needs matplotlib)")
     a = ap.parse_args(argv)
-    is_shape = lambda v: re.fullmatch(r"\d+x\d+", v) and all(int(n) > 0 and int(n) % 32 == 0 for n in v.split("x"))
+    dims = 3 if a.linear_step else 2  # --linear-step's shapes are M x K x N, 128-multiples
+    is_shape = lambda v: (
+        re.fullmatch(r"\d+" + r"x\d+" * (dims - 1), v)
+        and all(int(n) > 0 and int(n) % (128 if a.linear_step else 32) == 0 for n in v.split("x"))
+    )
     valid = {"sets": SETS.__contains__, "ops": OPS.__contains__, "shapes": is_shape}
     valid["groups"] = lambda v: v.isdigit() and 0 < int(v) <= 1024
     for name, ok in valid.items():  # comma-separated lists
@@ -1284,9 +1418,13 @@ def parse_args(argv: list[str] | None):
         if values and not all(map(ok, values)):
             ap.error(f'--{name}: "{next(v for v in values if not ok(v))}" is not valid (see --help)')
         setattr(a, name, values)
-    if a.rounds < 1 or a.replays < 1 or a.seed < 0 or (a.plot and (a.eager or a.moe_step)) or a.eager and a.moe_step:
+    modes = a.eager + a.moe_step + a.linear_step
+    if a.rounds < 1 or a.replays < 1 or a.seed < 0 or (a.plot and modes) or modes > 1:
         ap.error("--rounds and --replays take at least 1, --seed at least 0; --plot draws the sets; one mode at a time")
     a.shapes_given = a.shapes and [tuple(map(int, v.split("x"))) for v in a.shapes]
+    a.shapes_3d = a.shapes_given if a.linear_step else None
+    if a.linear_step:
+        a.shapes = a.shapes_given = None
     a.sets = [s for s in SETS if s in (a.sets or (["main"] if a.shapes else ["main", "ragged"] if a.quick else SETS))]
     a.shapes = a.shapes_given or (QUICK_SHAPES if a.quick else MAIN_SHAPES)
     a.groups = [int(g) for g in a.groups or [8] * a.quick or [4, 8, 64]]
@@ -1301,7 +1439,7 @@ def run(argv: list[str] | None) -> int:
     except ImportError as e:
         raise Unavailable(f"cannot import mxq ({e}): set PYTHONPATH=python and MXQ_TORCH_LIBRARY, or pip install .")
     cases = plan(a)
-    if not cases and not (a.eager or a.moe_step):
+    if not cases and not (a.eager or a.moe_step or a.linear_step):
         print("bench.py: nothing to run: no case of the chosen sets uses the chosen ops", file=sys.stderr)
         return 1
     if a.list:
@@ -1318,6 +1456,8 @@ def run(argv: list[str] | None) -> int:
         raise Unavailable("the mxq extension has no CUDA kernels (built without nvcc or without a CUDA torch)")
     if a.moe_step:
         return run_moe_step(a, mxq)
+    if a.linear_step:
+        return run_linear_step(a, mxq)
     return run_eager(a, mxq) if a.eager else run_bench(a, cases, mxq)
 
 

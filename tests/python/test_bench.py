@@ -456,3 +456,16 @@ def test_blockwise_torchao_missing_is_a_recorded_skip(monkeypatch, capsys):
     bench.torchao_blockwise.cache_clear()
     assert [c.op for c in kept] == [c.op for c in cases if c.op != "torchao_blockwise"]
     assert len(skipped) == len(bench.BLOCKWISE_SHAPES) and all("not importable" in r["reason"] for r in skipped)
+
+
+# ---- --linear-step ----
+
+
+def test_linear_step_arguments():
+    a = bench.parse_args(["--linear-step", "--shapes", "8192x8192x8192,256x384x512"])
+    assert a.linear_step and a.shapes_3d == [(8192, 8192, 8192), (256, 384, 512)]
+    assert bench.parse_args(["--linear-step"]).shapes_3d is None  # LINEAR_STEP_SHAPES
+    assert bench.LINEAR_STEP_SHAPES[0] == (8192, 8192, 8192)  # issue 51's shapes, M x K -> N
+    for bad in (["--shapes", "256x256"], ["--shapes", "256x256x96"], ["--eager"], ["--moe-step"], ["--plot", "p.png"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--linear-step", *bad])
