@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: configure and build everything once (core, C++ tests, the C++ example, fuzz driver and
 # the torch extension against the machine's torch), then the steps asked for, each logged to $OUT.
-# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [moestep] [train] [torchtitan] [sanitize] [profile]
+# Usage: scripts/device.sh [build] [tests] [fuzz] [python] [bench] [eager] [moestep] [linearstep] [train] [torchtitan]
+#        [sanitize] [profile]
 #        (default: build tests fuzz python bench eager train)
 # Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS (benchmarks/bench.py options),
 #              TRAIN_ARGS, TITAN_ARGS, PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh),
@@ -65,6 +66,13 @@ export MXQ_TORCH_LIBRARY
 MXQ_TORCH_LIBRARY=$(ls "$BUILD"/torch_ext/libmxq_torch*.so 2>/dev/null | head -1)
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 
+# torchao 0.18 (the peer of the bench sets' torchao rows, --linear-step's Float8BlockwiseLinear and the FP8 blockwise
+# tests' byte comparisons), from a carried wheel (docs/development.md); without it those rows and tests skip.
+if ls .whl/torchao-*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/torchao \
+    .whl/torchao-*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/torchao"
+fi
+
 if has python; then
   log "python"
   # xdist workers: a test that crashes its process is reported as failed instead of ending the run.
@@ -74,11 +82,6 @@ fi
 
 if has bench; then
   log "bench"
-  # torchao for the routed set's routed_torchao rows, from a carried wheel (docs/development.md); else they skip.
-  if ls .whl/torchao-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/torchao \
-      .whl/torchao-*.whl && export PYTHONPATH="$PYTHONPATH:/tmp/torchao"
-  fi
   python3 benchmarks/bench.py --json "$OUT/bench.json" --plot "$OUT/bench.png" ${BENCH_ARGS:-} 2>&1 |
     tee "$OUT/bench.log" | tail -70 || status=1
 fi
@@ -91,6 +94,12 @@ fi
 if has moestep; then
   log "moe step"
   python3 benchmarks/bench.py --moe-step --json "$OUT/moe_step.json" 2>&1 | tee "$OUT/moe_step.log" | tail -30 || status=1
+fi
+
+if has linearstep; then
+  log "linear step"
+  python3 benchmarks/bench.py --linear-step --json "$OUT/linear_step.json" 2>&1 | tee "$OUT/linear_step.log" |
+    tail -30 || status=1
 fi
 
 if has profile; then
