@@ -837,9 +837,6 @@ void validate_offs(const Tensor& offs, int64_t M, c10::string_view format) {
   });
 }
 
-}  // namespace
-}  // namespace mxq::torch_ext
-
 // ---- grouped_mm_fp8_blockwise: the experts' FP8 blockwise GEMMs (docs/numerics.md §13.6) ----
 //
 // The operands as quantize, quantize_routed and quantize_weight (format "fp8_blockwise") return
@@ -961,6 +958,9 @@ Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Te
   });
   return out;
 }
+
+}  // namespace
+}  // namespace mxq::torch_ext
 
 // NOTES: needs_fixed_stride_order on every op: q_col's strides (1, M) are not the default ones, and
 // every op requires contiguous inputs, so inductor must hand them over with the strides eager mode
