@@ -865,11 +865,13 @@ Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Te
   }
   for (const auto& [name, t] :
        {std::pair<const char*, const Tensor&>{"a_scale", a_scale}, {"b_scale", b_scale}}) {
-    TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, op, ": ", name,
-                     " must be torch.float32, got ", torch_dtype(t.scalar_type()));
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, op, ": ", name, " must be torch.float32, got ",
+                     torch_dtype(t.scalar_type()));
   }
   for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"a_scale", a_scale},
-                                {"b", b}, {"b_scale", b_scale}, {"offs", offs}}) {
+                                {"b", b},
+                                {"b_scale", b_scale},
+                                {"offs", offs}}) {
     TORCH_CHECK_VALUE(t.device() == a.device(), op, ": ", name, " must be on a's device (",
                       a.device(), "), got ", t.device());
   }
@@ -891,13 +893,13 @@ Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Te
   const SymInt b_len = m_grouped ? b.sym_size(2) : b.sym_size(1);
   const SymInt& want_len = m_grouped ? K : M;
   TORCH_CHECK_VALUE(b_len.sym_eq(want_len).expect_true(__FILE__, __LINE__), op, ": b must have ",
-                    m_grouped ? "K" : "M", "=", want_len, " in its last dimension (a's ",
-                    m_grouped ? "columns" : "columns", "), got shape ", b.sym_sizes());
+                    m_grouped ? "K" : "M", "=", want_len,
+                    " in its last dimension (a's columns), got shape ", b.sym_sizes());
   TORCH_CHECK_VALUE(!m_grouped || b.sym_size(0).sym_eq(G).expect_true(__FILE__, __LINE__), op,
                     ": b must have one matrix per group (G=", G, ", offs' length), got shape ",
                     b.sym_sizes());
-  std::array<std::optional<int64_t>, 4> known{M.maybe_as_int(), N.maybe_as_int(),
-                                              K.maybe_as_int(), G.maybe_as_int()};
+  std::array<std::optional<int64_t>, 4> known{M.maybe_as_int(), N.maybe_as_int(), K.maybe_as_int(),
+                                              G.maybe_as_int()};
   if (known[0] && known[1] && known[2] && known[3]) {
     call_core(op, [&] { check_grouped_gemm_sizes(*known[0], *known[1], *known[2], *known[3]); });
   }
@@ -909,8 +911,8 @@ Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Te
                                         .sym_eq(rows)
                                         .sym_and(t.sym_size(1).sym_eq(cols))
                                         .expect_true(__FILE__, __LINE__);
-    TORCH_CHECK_VALUE(ok && is_transpose_contiguous(t), op, ": ", name, " must have shape [",
-                      rows, ", ", cols, "] and strides (1, ", rows,
+    TORCH_CHECK_VALUE(ok && is_transpose_contiguous(t), op, ": ", name, " must have shape [", rows,
+                      ", ", cols, "] and strides (1, ", rows,
                       ") (the factors quantize returns), got shape ", t.sym_sizes(), " strides ",
                       t.sym_strides());
   };
@@ -1019,7 +1021,7 @@ TORCH_LIBRARY(mxq, m) {
   m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);   \
   m.impl("dequantize", &mxq::torch_ext::dequantize<meta>);               \
   m.impl("quantize_weight", &mxq::torch_ext::quantize_weight<meta>);     \
-  m.impl("quantize_routed", &mxq::torch_ext::quantize_routed<meta>);    \
+  m.impl("quantize_routed", &mxq::torch_ext::quantize_routed<meta>);     \
   m.impl("grouped_mm_fp8_blockwise", &mxq::torch_ext::grouped_mm_fp8_blockwise<meta>)
 
 TORCH_LIBRARY_IMPL(mxq, CPU, m) {

@@ -290,13 +290,14 @@ void check_grouped_gemm_sizes(int64_t M, int64_t N, int64_t K, int64_t num_group
   check_dim("N", N, kBlock);
   check_dim("K", K, kBlock);
   MXQ_CHECK(N > 0 && K > 0, "N and K must be positive, got N=", N, ", K=", K);
-  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups, "the group count (offs' length) must be 1 to ",
-            kMaxGroups, ", got ", num_groups);
+  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups,
+            "the group count (offs' length) must be 1 to ", kMaxGroups, ", got ", num_groups);
 }
 
 void validate(const GroupedGemmParams& p) {
   MXQ_CHECK(p.grouping == Grouping::kMGrouped || p.grouping == Grouping::kKGrouped,
-            "grouping must be Grouping::kMGrouped or kKGrouped, got ", static_cast<int>(p.grouping));
+            "grouping must be Grouping::kMGrouped or kKGrouped, got ",
+            static_cast<int>(p.grouping));
   check_grouped_gemm_sizes(p.M, p.N, p.K, p.num_groups);
   if (p.M > 0) {  // with M = 0, a (and b K-grouped) has no bytes and may be null
     check_ptr(p.a, "a");

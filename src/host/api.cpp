@@ -209,7 +209,8 @@ int64_t grouped_gemm_workspace_bytes(Grouping grouping, int64_t M, int64_t N, in
 void grouped_gemm(const GroupedGemmParams& p) {
   detail::with_op("mxq::grouped_gemm", [&] {
     detail::validate(p);
-    const int64_t bytes = detail::grouped_gemm_workspace(p.grouping, p.M, p.N, p.K, p.num_groups).total;
+    const int64_t bytes =
+        detail::grouped_gemm_workspace(p.grouping, p.M, p.N, p.K, p.num_groups).total;
     MXQ_CHECK(p.workspace != nullptr, "workspace is null (it needs grouped_gemm_workspace_bytes(",
               to_string(p.grouping), ", M, N, K, G) = ", bytes, " bytes)");
     MXQ_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 256 == 0,

@@ -22,8 +22,7 @@ constexpr int64_t kBlock = Fp8Blockwise::kBlock;
 
 // The fp32 value of every element of an e4m3 (rows, cols) matrix with per-element factors.
 template <typename Factor>
-std::vector<float> dequantized(const uint8_t* q, int64_t rows, int64_t cols,
-                               const Factor& factor) {
+std::vector<float> dequantized(const uint8_t* q, int64_t rows, int64_t cols, const Factor& factor) {
   std::vector<float> v(static_cast<size_t>(rows * cols));
   parallel_for(rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
@@ -44,9 +43,8 @@ float dot(const float* x, int64_t sx, const float* y, int64_t sy, int64_t n) {
 
 void m_grouped(const GroupedGemmParams& p, uint16_t* out) {
   const int64_t M = p.M, N = p.N, K = p.K;
-  const auto a = dequantized(p.a, M, K, [&](int64_t m, int64_t k) {
-    return p.a_scale[factor_offset(m, k / kBlock, M)];
-  });
+  const auto a = dequantized(
+      p.a, M, K, [&](int64_t m, int64_t k) { return p.a_scale[factor_offset(m, k / kBlock, M)]; });
   // b (G, N, K) as G*N rows: row g*N + n.
   const auto b = dequantized(p.b, p.num_groups * N, K, [&](int64_t gn, int64_t k) {
     return p.b_scale[weight_factor_offset(gn / N, gn % N / kBlock, k / kBlock, N, K)];
@@ -60,8 +58,7 @@ void m_grouped(const GroupedGemmParams& p, uint16_t* out) {
     for (int64_t m = begin; m < end; ++m) {
       for (int64_t n = 0; n < N; ++n) {
         const int64_t g = group[m];
-        out[m * N + n] =
-            g < 0 ? 0 : bf16_from_f32(dot(&a[m * K], 1, &b[(g * N + n) * K], 1, K));
+        out[m * N + n] = g < 0 ? 0 : bf16_from_f32(dot(&a[m * K], 1, &b[(g * N + n) * K], 1, K));
       }
     }
   });
@@ -70,12 +67,10 @@ void m_grouped(const GroupedGemmParams& p, uint16_t* out) {
 void k_grouped(const GroupedGemmParams& p, uint16_t* out) {
   const int64_t M = p.M, N = p.N, K = p.K;
   // a (N, M) with factor_shape(N, M), b (K, M) with factor_shape(K, M): 128x1 blocks along M.
-  const auto a = dequantized(p.a, N, M, [&](int64_t n, int64_t m) {
-    return p.a_scale[factor_offset(n, m / kBlock, N)];
-  });
-  const auto b = dequantized(p.b, K, M, [&](int64_t k, int64_t m) {
-    return p.b_scale[factor_offset(k, m / kBlock, K)];
-  });
+  const auto a = dequantized(
+      p.a, N, M, [&](int64_t n, int64_t m) { return p.a_scale[factor_offset(n, m / kBlock, N)]; });
+  const auto b = dequantized(
+      p.b, K, M, [&](int64_t k, int64_t m) { return p.b_scale[factor_offset(k, m / kBlock, K)]; });
   // Rows of out: (g, n), G*N of them.
   parallel_for(p.num_groups * N, [&](int64_t begin, int64_t end) {
     for (int64_t gn = begin; gn < end; ++gn) {

@@ -71,7 +71,8 @@ std::vector<float> random_factors(int64_t n, std::mt19937& rng) {
 class GroupedGemmGpu : public GpuTestWithParam<GemmCase> {};
 
 TEST_P(GroupedGemmGpu, MatchesTheReferenceWithinTheAccumulationTolerance) {
-  if (!is_sm90()) GTEST_SKIP() << "needs an SM90 GPU (H100, H200); RefusesOtherDevices covers this one";
+  if (!is_sm90())
+    GTEST_SKIP() << "needs an SM90 GPU (H100, H200); RefusesOtherDevices covers this one";
   const GemmCase& c = GetParam();
   std::mt19937 rng(static_cast<uint32_t>(test_seed()));
   const int64_t G = c.G, N = c.N, K = c.K, M = 128 * (G + 4);
@@ -172,15 +173,14 @@ TEST_P(GroupedGemmGpu, MatchesTheReferenceWithinTheAccumulationTolerance) {
                     << offs_to_string(offs);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, GroupedGemmGpu,
-    ::testing::Values(GemmCase{Grouping::kMGrouped, 1, 256, 384},
-                      GemmCase{Grouping::kMGrouped, 4, 512, 256},
-                      GemmCase{Grouping::kMGrouped, 64, 256, 384},
-                      GemmCase{Grouping::kKGrouped, 1, 256, 384},
-                      GemmCase{Grouping::kKGrouped, 4, 384, 512},
-                      GemmCase{Grouping::kKGrouped, 64, 256, 256}),
-    case_name);
+INSTANTIATE_TEST_SUITE_P(Cases, GroupedGemmGpu,
+                         ::testing::Values(GemmCase{Grouping::kMGrouped, 1, 256, 384},
+                                           GemmCase{Grouping::kMGrouped, 4, 512, 256},
+                                           GemmCase{Grouping::kMGrouped, 64, 256, 384},
+                                           GemmCase{Grouping::kKGrouped, 1, 256, 384},
+                                           GemmCase{Grouping::kKGrouped, 4, 384, 512},
+                                           GemmCase{Grouping::kKGrouped, 64, 256, 256}),
+                         case_name);
 
 // A malformed offs is clamped on the device: nothing outside out, the status word says why.
 class GroupedGemmGpuOffs : public GpuTest {};

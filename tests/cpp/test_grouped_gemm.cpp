@@ -89,8 +89,8 @@ Case k_grouped_case() {
     }
     if (out[i] != expected) {
       if (wrong++ == 0) {
-        first = "element " + std::to_string(i) + ": got 0x" + std::to_string(out[i]) +
-                ", want " + std::to_string(expected);
+        first = "element " + std::to_string(i) + ": got 0x" + std::to_string(out[i]) + ", want " +
+                std::to_string(expected);
       }
     }
   }
@@ -145,9 +145,9 @@ TEST(GroupedGemmReference, KGroupedSumsEachGroupsColumnsOnly) {
 }
 
 TEST(GroupedGemmReference, RoundsTheFp32SumOnceToBf16) {
-  for (const auto& [small, want] : std::vector<std::pair<uint8_t, uint16_t>>{
-           {0x02, 0x3F80},    // 1 + 2^-8: a tie, to even (1.0)
-           {0x03, 0x3F81}}) {  // 1 + 3 * 2^-9: above the tie
+  for (const auto& [small, want] :
+       std::vector<std::pair<uint8_t, uint16_t>>{{0x02, 0x3F80},  // 1 + 2^-8: a tie, to even (1.0)
+                                                 {0x03, 0x3F81}}) {  // 1 + 3 * 2^-9: above the tie
     Case c = m_grouped_case();
     c.a_scale.assign(c.a_scale.size(), 1.0f);
     c.b_scale.assign(c.b_scale.size(), 1.0f);
@@ -248,12 +248,12 @@ TEST(GroupedGemmValidation, ParsesGroupingsAndSizesWorkspaces) {
 TEST(GroupedGemmValidation, GpuEntryPointChecksBeforeTheDevice) {
   Case c = m_grouped_case();
   GroupedGemmParams p = c.params(Grouping::kMGrouped);
-  expect_error([&] { grouped_gemm(p); }, Error::Kind::kInvalidArgument,
-               "mxq::grouped_gemm: workspace is null (it needs grouped_gemm_workspace_bytes("
-               "m_grouped, M, N, K, G) = " +
-                   std::to_string(grouped_gemm_workspace_bytes(Grouping::kMGrouped, c.M, c.N,
-                                                                c.K, 3)) +
-                   " bytes)");
+  expect_error(
+      [&] { grouped_gemm(p); }, Error::Kind::kInvalidArgument,
+      "mxq::grouped_gemm: workspace is null (it needs grouped_gemm_workspace_bytes("
+      "m_grouped, M, N, K, G) = " +
+          std::to_string(grouped_gemm_workspace_bytes(Grouping::kMGrouped, c.M, c.N, c.K, 3)) +
+          " bytes)");
 }
 
 }  // namespace

@@ -10,8 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import mxq  # noqa: E402
-from helpers import make_offs, raises, requires_cuda, stable_seed  # noqa: E402
+import mxq
+from helpers import make_offs, raises, requires_cuda, stable_seed
 
 BLOCK = 128
 GROUPINGS = ["m_grouped", "k_grouped"]
@@ -157,9 +157,7 @@ OPCHECK_TESTS = ("test_autograd_registration", "test_faketensor", "test_aot_disp
 @pytest.mark.parametrize("grouping", GROUPINGS)
 def test_opcheck(grouping):
     args = exact_operands(grouping, M=512, N=128, K=256, G=3, seed=3)
-    torch.library.opcheck(
-        torch.ops.mxq.grouped_mm_fp8_blockwise.default, (*args, grouping), test_utils=OPCHECK_TESTS
-    )
+    torch.library.opcheck(torch.ops.mxq.grouped_mm_fp8_blockwise.default, (*args, grouping), test_utils=OPCHECK_TESTS)
 
 
 @pytest.mark.parametrize("grouping", GROUPINGS)

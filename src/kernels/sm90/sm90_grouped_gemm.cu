@@ -254,16 +254,15 @@ void run_grouped_gemm(const GroupedGemmParams& p, int sm_count) {
   const auto layout = detail::grouped_gemm_workspace(p.grouping, p.M, p.N, p.K, p.num_groups);
   auto* ws = static_cast<char*>(p.workspace);
   auto array = [&](int i) { return ws + i * layout.group_array_bytes; };
-  GroupArrays<kGrouping> arrays{
-      reinterpret_cast<typename C::Shape*>(array(0)),
-      reinterpret_cast<const typename C::ElementA**>(array(1)),
-      reinterpret_cast<const typename C::ElementA**>(array(2)),
-      reinterpret_cast<const float**>(array(3)),
-      reinterpret_cast<const float**>(array(4)),
-      reinterpret_cast<typename C::ElementD**>(array(5)),
-      reinterpret_cast<typename C::StrideA*>(array(6)),
-      reinterpret_cast<typename C::StrideB*>(array(7)),
-      reinterpret_cast<typename C::StrideD*>(array(8))};
+  GroupArrays<kGrouping> arrays{reinterpret_cast<typename C::Shape*>(array(0)),
+                                reinterpret_cast<const typename C::ElementA**>(array(1)),
+                                reinterpret_cast<const typename C::ElementA**>(array(2)),
+                                reinterpret_cast<const float**>(array(3)),
+                                reinterpret_cast<const float**>(array(4)),
+                                reinterpret_cast<typename C::ElementD**>(array(5)),
+                                reinterpret_cast<typename C::StrideA*>(array(6)),
+                                reinterpret_cast<typename C::StrideB*>(array(7)),
+                                reinterpret_cast<typename C::StrideD*>(array(8))};
   const PrepareArgs args{p.a,
                          p.a_scale,
                          p.b,
@@ -300,12 +299,12 @@ void run_grouped_gemm(const GroupedGemmParams& p, int sm_count) {
                       "CUTLASS's workspace needs ", cutlass_bytes, " bytes, more than the ",
                       detail::kCutlassWorkspaceBytes, " reserved (src/kernels/grouped_gemm.h)");
   const cutlass::Status status = gemm.initialize(gemm_args, ws + layout.cutlass, p.stream);
-  MXQ_CHECK_SUPPORTED(status == cutlass::Status::kSuccess, "CUTLASS refused the grouped GEMM: ",
-                      cutlassGetStatusString(status));
+  MXQ_CHECK_SUPPORTED(status == cutlass::Status::kSuccess,
+                      "CUTLASS refused the grouped GEMM: ", cutlassGetStatusString(status));
   const cutlass::Status ran = gemm.run(p.stream);
   MXQ_CHECK_CUDA(cudaGetLastError());
-  MXQ_CHECK_SUPPORTED(ran == cutlass::Status::kSuccess, "CUTLASS failed to launch: ",
-                      cutlassGetStatusString(ran));
+  MXQ_CHECK_SUPPORTED(ran == cutlass::Status::kSuccess,
+                      "CUTLASS failed to launch: ", cutlassGetStatusString(ran));
 }
 
 }  // namespace mxq::kernels

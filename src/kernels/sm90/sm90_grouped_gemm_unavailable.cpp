@@ -6,9 +6,8 @@
 namespace mxq::detail {
 
 void launch_grouped_gemm(const GroupedGemmParams&) {
-  fail(Error::Kind::kUnsupported,
-       "needs SM90 (an sm_90a build): this build targets ", MXQ_CUDA_ARCHS,
-       "; configure with 90a in MXQ_GPU_ARCHS");
+  fail(Error::Kind::kUnsupported, "needs SM90 (an sm_90a build): this build targets ",
+       MXQ_CUDA_ARCHS, "; configure with 90a in MXQ_GPU_ARCHS");
 }
 
 }  // namespace mxq::detail
