@@ -34,10 +34,13 @@ struct GemmCase {
   int64_t K;
 };
 
-std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
-  const GemmCase& c = info.param;
+std::string case_string(const GemmCase& c) {
   return std::string(to_string(c.grouping)) + "_G" + std::to_string(c.G) + "_N" +
          std::to_string(c.N) + "_K" + std::to_string(c.K);
+}
+void PrintTo(const GemmCase& c, std::ostream* os) { *os << case_string(c); }
+std::string case_name(const ::testing::TestParamInfo<GemmCase>& info) {
+  return case_string(info.param);
 }
 
 // G group ends, multiples of 128, of M = 128 * (G + 4) rows: random sizes, group 1 empty (G >= 3),
