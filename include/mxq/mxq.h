@@ -12,7 +12,8 @@
 // the same call (host pointers). mxq::quantize_composed(p, workspace) is the three-kernel baseline
 // the fused kernel replaces (benchmarks compare against it). mxq::quantize_routed(p) is the MoE
 // input stage: gather routed rows of x, pad each expert's rows to 32, quantize the axes whose
-// pointers are set, rowwise, colwise or both (below).
+// pointers are set, rowwise, colwise or both (below). mxq::grouped_gemm(p) multiplies FP8 blockwise
+// operands group by group: the MoE experts' forward, dgrad and wgrad GEMMs (SM90, CUTLASS).
 //
 //   mxq::QuantizeParams p;
 //   p.x = x; p.M = M; p.K = K;                       // bf16, row-major, device memory

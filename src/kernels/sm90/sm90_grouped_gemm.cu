@@ -294,6 +294,9 @@ void run_grouped_gemm(const GroupedGemmParams& p, int sm_count) {
   gemm_args.hw_info.sm_count = sm_count < detail::kMaxGemmCtas ? sm_count : detail::kMaxGemmCtas;
 
   typename C::Gemm gemm;
+  const cutlass::Status fits = gemm.can_implement(gemm_args);
+  MXQ_CHECK_SUPPORTED(fits == cutlass::Status::kSuccess,
+                      "CUTLASS cannot run this grouped GEMM: ", cutlassGetStatusString(fits));
   const size_t cutlass_bytes = C::Gemm::get_workspace_size(gemm_args);
   MXQ_CHECK_SUPPORTED(int64_t(cutlass_bytes) <= detail::kCutlassWorkspaceBytes,
                       "CUTLASS's workspace needs ", cutlass_bytes, " bytes, more than the ",
