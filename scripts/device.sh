@@ -7,8 +7,9 @@
 # Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS (benchmarks/bench.py options),
 #              TRAIN_ARGS, TITAN_ARGS, PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh),
 #              PROFILE_ARGS, PROFILE_KERNEL, PROFILE_CACHE (the profile step).
-# Dependencies the device cannot download (GoogleTest sources) travel in .deps/, Python wheels (the torchtitan step's
-# torchtitan 0.3.0 and what its model code imports) in .whl/ (docs/development.md).
+# Dependencies the device cannot download (GoogleTest sources, CUTLASS's headers from scripts/fetch_cutlass.sh) travel
+# in .deps/, Python wheels (the torchtitan step's torchtitan 0.3.0 and what its model code imports) in .whl/
+# (docs/development.md).
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 BUILD=${BUILD:-/tmp/mxq-build}

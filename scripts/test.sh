@@ -3,7 +3,7 @@
 #
 #   scripts/test.sh [cpp] [python] [lint]        (default: all three, in this order)
 #
-#   cpp     cmake --preset release, build everything (the CUDA kernels too when nvcc is found), ctest --preset
+#   cpp     scripts/fetch_cutlass.sh (with nvcc), cmake --preset release, build everything (the CUDA kernels too when nvcc is found), ctest --preset
 #           release: the CPU suites run, the GPU suites skip without a GPU (counted by reason, not listed)
 #   python  a virtual environment ($MXQ_VENV, default .venv) with torch from PyPI, the build requirements and
 #           torchtitan's model code, pip install --no-build-isolation ., pytest tests/python (CUDA tests skip without
@@ -33,6 +33,12 @@ for p in "${phases[@]}"; do
 done
 
 banner() { printf '\n==== %s  [%s]\n' "$1" "$(date +%T)"; }
+
+# CUTLASS's headers for the CUDA build (grouped_gemm; docs/development.md, "CUTLASS"), where nvcc can be found:
+# scripts/fetch_cutlass.sh is idempotent, a version check when they are already in .deps.
+cutlass() {
+  if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then scripts/fetch_cutlass.sh; fi
+}
 
 # The venv, made on first use and reused after, with the packages given installed (pip skips those present).
 venv() {
@@ -72,6 +78,7 @@ EOF
 # counted instead of listed (ctest's "did not run" list of the skipped ones too), and the skipped ones grouped by
 # reason; failures, their output and the rest of ctest's summary are printed as ctest writes them.
 phase_cpp() {
+  cutlass || return 1
   cmake --preset release && cmake --build --preset release || return 1
   if [ "${MXQ_REQUIRE_CUDA:-0}" = 1 ] && [ ! -x build/tests/cpp/mxq_gpu_tests ]; then
     echo "cpp: the CUDA sources were not compiled (no nvcc found?) and MXQ_REQUIRE_CUDA=1"; return 1
@@ -93,6 +100,7 @@ phase_python() {
   echo "python: pip install --no-deps ${TORCHTITAN[*]}"
   python -m pip install -q --disable-pip-version-check --no-deps "${TORCHTITAN[@]}" || return 1
   python -c 'import torch; print(f"python: torch {torch.__version__}, CUDA device: {torch.cuda.is_available()}")'
+  cutlass || return 1
   echo "python: venv ready in $((SECONDS - t)) s; pip install --no-build-isolation ."
   t=$SECONDS
   python -m pip install -q --disable-pip-version-check --no-build-isolation . || return 1

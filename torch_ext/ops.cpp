@@ -16,6 +16,8 @@
 //                           -> (q_row, s_row, q_col, s_col, offs_p, dest)   mxq::quantize_routed
 //   quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise, format)
 //                           -> (q_row, s_row, q_col, s_col)   mxq::quantize_weight (expert weights)
+//   grouped_mm_fp8_blockwise(a, a_scale, b, b_scale, offs, grouping) -> bf16   mxq::grouped_gemm
+//                              (the MoE experts' FP8 blockwise GEMMs; CUDA: SM90 only)
 // Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs,
 // str format="mxfp8"); every op names its block format last, "mxfp8" (the default, so calls
 // written before FP8 blockwise keep their meaning) or "fp8_blockwise" (block_size 128).
@@ -835,6 +837,130 @@ void validate_offs(const Tensor& offs, int64_t M, c10::string_view format) {
   });
 }
 
+// ---- grouped_mm_fp8_blockwise: the experts' FP8 blockwise GEMMs (docs/numerics.md §13.6) ----
+//
+// The operands as quantize, quantize_routed and quantize_weight (format "fp8_blockwise") return
+// them; offs (G,) int32, the group ends along the tokens M (quantize_routed's offs_p).
+//   grouping "m_grouped" (forward, dgrad): a = q_row (M, K), a_scale = s_row (M, K/128) strides
+//     (1, M); b (G, N, K) contiguous with b_scale (G, N/128, roundup(K/128, 4)): a weight's q_row
+//     and s_row (forward), or its q_col.transpose(-2, -1) (the (G, K, N) array) and s_col (dgrad).
+//     Returns (M, N) bf16, rows past offs[-1] zero.
+//   grouping "k_grouped" (wgrad): a = dY's q_col.t() (N, M) contiguous, a_scale = dY's s_col (N,
+//     M/128) strides (1, N); b = X's q_col.t() (K, M), b_scale = X's s_col (K, M/128) strides (1,
+//     K). Returns (G, N, K) bf16, an empty group's slice zero.
+// CPU: the emulated GEMM of the reference (dequantize, fp32 sums, bf16); CUDA: CUTLASS's SM90
+// kernel (fp32 accumulation in another order: equal within the tolerance §13.6 states).
+template <bool kMeta>
+Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Tensor& b,
+                                const Tensor& b_scale, const Tensor& offs,
+                                c10::string_view grouping_name) {
+  constexpr const char* op = "mxq.grouped_mm_fp8_blockwise";
+  TORCH_CHECK_VALUE(grouping_name == "m_grouped" || grouping_name == "k_grouped", op,
+                    ": grouping must be \"m_grouped\" or \"k_grouped\", got \"", grouping_name,
+                    "\"");
+  const bool m_grouped = grouping_name == "m_grouped";
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"a", a}, {"b", b}}) {
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat8_e4m3fn, op, ": ", name,
+                     " must be torch.float8_e4m3fn, got ", torch_dtype(t.scalar_type()));
+  }
+  for (const auto& [name, t] :
+       {std::pair<const char*, const Tensor&>{"a_scale", a_scale}, {"b_scale", b_scale}}) {
+    TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat, op, ": ", name, " must be torch.float32, got ",
+                     torch_dtype(t.scalar_type()));
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"a_scale", a_scale},
+                                {"b", b},
+                                {"b_scale", b_scale},
+                                {"offs", offs}}) {
+    TORCH_CHECK_VALUE(t.device() == a.device(), op, ": ", name, " must be on a's device (",
+                      a.device(), "), got ", t.device());
+  }
+  check_offs(op, offs, a, "a");
+  TORCH_CHECK_VALUE(a.dim() == 2 && a.is_contiguous(), op, ": a must be a contiguous 2-D tensor (",
+                    m_grouped ? "q_row (M, K)" : "q_col.t(), the (N, M) array", "), got shape ",
+                    a.sym_sizes(), " strides ", a.sym_strides());
+  const int b_dim = m_grouped ? 3 : 2;
+  TORCH_CHECK_VALUE(b.dim() == b_dim && b.is_contiguous(), op, ": b must be a contiguous ", b_dim,
+                    "-D tensor (",
+                    m_grouped ? "(G, N, K): a weight's q_row, or q_col.transpose(-2, -1)"
+                              : "q_col.t(), the (K, M) array",
+                    "), got shape ", b.sym_sizes(), " strides ", b.sym_strides());
+  const SymInt G = offs.sym_size(0);
+  // (M, N, K) of the GEMMs; the operand that repeats a size must agree.
+  const SymInt M = m_grouped ? a.sym_size(0) : a.sym_size(1);
+  const SymInt N = m_grouped ? b.sym_size(1) : a.sym_size(0);
+  const SymInt K = m_grouped ? a.sym_size(1) : b.sym_size(0);
+  const SymInt b_len = m_grouped ? b.sym_size(2) : b.sym_size(1);
+  const SymInt& want_len = m_grouped ? K : M;
+  TORCH_CHECK_VALUE(b_len.sym_eq(want_len).expect_true(__FILE__, __LINE__), op, ": b must have ",
+                    m_grouped ? "K" : "M", "=", want_len,
+                    " in its last dimension (a's columns), got shape ", b.sym_sizes());
+  TORCH_CHECK_VALUE(!m_grouped || b.sym_size(0).sym_eq(G).expect_true(__FILE__, __LINE__), op,
+                    ": b must have one matrix per group (G=", G, ", offs' length), got shape ",
+                    b.sym_sizes());
+  std::array<std::optional<int64_t>, 4> known{M.maybe_as_int(), N.maybe_as_int(), K.maybe_as_int(),
+                                              G.maybe_as_int()};
+  if (known[0] && known[1] && known[2] && known[3]) {
+    call_core(op, [&] { check_grouped_gemm_sizes(*known[0], *known[1], *known[2], *known[3]); });
+  }
+  // The factors: a's and (k_grouped) b's outer-major (strides (1, rows)), the weight's contiguous.
+  const auto check_factors = [&](const char* name, const Tensor& t, const SymInt& rows,
+                                 const SymInt& inner) {
+    const SymInt cols = inner / Fp8Blockwise::kBlock;
+    const bool ok = t.dim() == 2 && t.sym_size(0)
+                                        .sym_eq(rows)
+                                        .sym_and(t.sym_size(1).sym_eq(cols))
+                                        .expect_true(__FILE__, __LINE__);
+    TORCH_CHECK_VALUE(ok && is_transpose_contiguous(t), op, ": ", name, " must have shape [", rows,
+                      ", ", cols, "] and strides (1, ", rows,
+                      ") (the factors quantize returns), got shape ", t.sym_sizes(), " strides ",
+                      t.sym_strides());
+  };
+  if (m_grouped) {
+    check_factors("a_scale", a_scale, M, K);
+    const SymInt rows = N / Fp8Blockwise::kBlock;
+    const SymInt cols = round_up(K / Fp8Blockwise::kBlock, 4);
+    const bool ok = b_scale.dim() == 3 && b_scale.sym_size(0)
+                                              .sym_eq(G)
+                                              .sym_and(b_scale.sym_size(1).sym_eq(rows))
+                                              .sym_and(b_scale.sym_size(2).sym_eq(cols))
+                                              .expect_true(__FILE__, __LINE__);
+    TORCH_CHECK_VALUE(ok && b_scale.is_contiguous(), op, ": b_scale must be contiguous of shape [",
+                      G, ", ", rows, ", ", cols,
+                      "] (quantize_weight's s_row, or s_col for dgrad), got shape ",
+                      b_scale.sym_sizes(), " strides ", b_scale.sym_strides());
+  } else {
+    check_factors("a_scale", a_scale, N, M);
+    check_factors("b_scale", b_scale, K, M);
+  }
+  Tensor out = m_grouped ? empty_output(a, {M, N}, at::kBFloat16)
+                         : empty_output(a, {G, N, K}, at::kBFloat16);
+  if (kMeta) return out;
+
+  GroupedGemmParams p;
+  p.grouping = m_grouped ? Grouping::kMGrouped : Grouping::kKGrouped;
+  p.a = static_cast<const uint8_t*>(a.const_data_ptr());
+  p.a_scale = a_scale.const_data_ptr<float>();
+  p.b = static_cast<const uint8_t*>(b.const_data_ptr());
+  p.b_scale = b_scale.const_data_ptr<float>();
+  p.offs = offs_ptr(offs);
+  p.num_groups = offs.size(0);
+  p.M = M.expect_int();
+  p.N = N.expect_int();
+  p.K = K.expect_int();
+  p.out = out.data_ptr();
+  const DeviceGuard guard(a);
+  p.stream = current_stream(a);
+  call_core(op, [&] {
+    if (!a.is_cuda()) return ref::grouped_gemm(p);
+    const int64_t bytes = grouped_gemm_workspace_bytes(p.grouping, p.M, p.N, p.K, p.num_groups);
+    const Tensor workspace = empty_output(a, {SymInt(bytes)}, at::kByte);
+    p.workspace = workspace.data_ptr();
+    mxq::grouped_gemm(p);
+  });
+  return out;
+}
+
 }  // namespace
 }  // namespace mxq::torch_ext
 
@@ -877,6 +1003,10 @@ TORCH_LIBRARY(mxq, m) {
       "str format=\"mxfp8\") "
       "-> (Tensor q_row, Tensor s_row, Tensor q_col, Tensor s_col, Tensor offs_p, Tensor dest)",
       tags);
+  m.def(
+      "grouped_mm_fp8_blockwise(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor offs, "
+      "str grouping=\"m_grouped\") -> Tensor",
+      tags);
 }
 #undef MXQ_QUANT_ARGS_OUT
 #undef MXQ_QUANT_ARGS
@@ -891,7 +1021,8 @@ TORCH_LIBRARY(mxq, m) {
   m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);   \
   m.impl("dequantize", &mxq::torch_ext::dequantize<meta>);               \
   m.impl("quantize_weight", &mxq::torch_ext::quantize_weight<meta>);     \
-  m.impl("quantize_routed", &mxq::torch_ext::quantize_routed<meta>)
+  m.impl("quantize_routed", &mxq::torch_ext::quantize_routed<meta>);     \
+  m.impl("grouped_mm_fp8_blockwise", &mxq::torch_ext::grouped_mm_fp8_blockwise<meta>)
 
 TORCH_LIBRARY_IMPL(mxq, CPU, m) {
   MXQ_REGISTER_IMPLS(m, false);

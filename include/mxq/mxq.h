@@ -12,7 +12,8 @@
 // the same call (host pointers). mxq::quantize_composed(p, workspace) is the three-kernel baseline
 // the fused kernel replaces (benchmarks compare against it). mxq::quantize_routed(p) is the MoE
 // input stage: gather routed rows of x, pad each expert's rows to 32, quantize the axes whose
-// pointers are set, rowwise, colwise or both (below).
+// pointers are set, rowwise, colwise or both (below). mxq::grouped_gemm(p) multiplies FP8 blockwise
+// operands group by group: the MoE experts' forward, dgrad and wgrad GEMMs (SM90, CUTLASS).
 //
 //   mxq::QuantizeParams p;
 //   p.x = x; p.M = M; p.K = K;                       // bf16, row-major, device memory
@@ -216,6 +217,54 @@ struct QuantizeWeightParams {
   bool rowwise() const { return q_row != nullptr || s_row != nullptr; }
   bool colwise() const { return q_col != nullptr || s_col != nullptr; }
 };
+// ---- grouped_gemm: the MoE experts' FP8 blockwise GEMMs (docs/numerics.md §13.6) ----
+// One bf16 output from two e4m3 operands quantized as §13.3/§13.4 describe, each multiplied by its
+// fp32 factors and accumulated in fp32 (on the GPU, CUTLASS's SM90 grouped GEMM with blockwise
+// scaling; SM90 only). The tokens' axis M is split into G groups by offs (G cumulative ends, each a
+// multiple of 128, on the device). Two groupings, DeepGEMM's names:
+//
+//   kMGrouped (forward, dgrad)  out[rows of g] = a[rows of g] · b[g]^T
+//     a (M, K) e4m3 row-major, a_scale its 1x128 factors factor_shape(M, K) (strides (1, M));
+//     b (G, N, K) e4m3, b_scale its 128x128 tile factors weight_factor_shape(G, N, K) (forward: a
+//     weight's q_row / s_row; dgrad: its q_col / s_col, where N and K trade places);
+//     out (M, N) bf16; rows past offs[G-1] are written as zeros.
+//   kKGrouped (wgrad)           out[g] = a[:, cols of g] · b[:, cols of g]^T
+//     a (N, M) e4m3 = dY's q_col, a_scale its 128x1 factors factor_shape(N, M) (strides (1, N));
+//     b (K, M) e4m3 = X's q_col, b_scale factor_shape(K, M) (strides (1, K));
+//     out (G, N, K) bf16; an empty group's out[g] is zeros.
+//
+// N and K are multiples of 128, M too; every buffer 16-byte aligned. Every byte of out is written,
+// nothing else outside the workspace. The per-group problems are built on the device from offs (no
+// host synchronization: the call can be captured in a CUDA graph), into `workspace`:
+// grouped_gemm_workspace_bytes(grouping, M, N, K, G) bytes of device memory, a function of the
+// shapes alone. A malformed offs is clamped on the device (each end rounded down to 128 and kept in
+// [previous end, M]) and reported in the optional status word (StatusBits).
+enum class Grouping : int32_t { kMGrouped = 0, kKGrouped = 1 };
+struct GroupedGemmParams {
+  Grouping grouping = Grouping::kMGrouped;
+  const uint8_t* a = nullptr;      // kMGrouped: (M, K); kKGrouped: (N, M)
+  const float* a_scale = nullptr;  // kMGrouped: factor_shape(M, K); kKGrouped: factor_shape(N, M)
+  const uint8_t* b = nullptr;      // kMGrouped: (G, N, K); kKGrouped: (K, M)
+  const float* b_scale = nullptr;  // kMGrouped: weight_factor_shape(G, N, K); kKGrouped:
+                                   // factor_shape(K, M)
+  const int32_t* offs = nullptr;   // (G): group ends along M
+  int64_t num_groups = 0;          // G, 1 to kMaxGroups
+  int64_t M = 0;                   // tokens (the padded row space of quantize_routed)
+  int64_t N = 0;
+  int64_t K = 0;
+  void* out = nullptr;        // bf16: kMGrouped (M, N), kKGrouped (G, N, K)
+  void* workspace = nullptr;  // GPU: grouped_gemm_workspace_bytes(...) bytes of device memory
+  int32_t* status = nullptr;  // optional (GPU): StatusBits of offs, written on every call
+  cudaStream_t stream = nullptr;
+};
+// Parses the exact strings "m_grouped" and "k_grouped"; anything else throws.
+Grouping parse_grouping(const std::string& name);
+const char* to_string(Grouping grouping);
+int64_t grouped_gemm_workspace_bytes(Grouping grouping, int64_t M, int64_t N, int64_t K,
+                                     int64_t num_groups);
+// The size rules of grouped_gemm (throws as the op would): M, N, K, G.
+void check_grouped_gemm_sizes(int64_t M, int64_t N, int64_t K, int64_t num_groups);
+
 // Parses the exact strings "1x32", "32x32" and "128x128"; anything else throws (no silent fallback).
 WeightScaling parse_weight_scaling(const std::string& name);
 const char* to_string(WeightScaling scaling);
@@ -244,6 +293,9 @@ void quantize_weight(const QuantizeWeightParams& p);
 // Two kernels: one plans the padded row space (offs_p, dest, each padded row's source into the
 // workspace, the status word), then the grouped tile kernel gathers rows through that plan.
 void quantize_routed(const QuantizeRoutedParams& p);
+// Two kernels: one builds the per-group problems from offs into the workspace (and, M-grouped, the
+// factors in CUTLASS's per-group layout; the zero rows), then CUTLASS's grouped GEMM. SM90 only.
+void grouped_gemm(const GroupedGemmParams& p);
 
 // Host-side checker for users who want an exception: copies offs to the host (synchronizes the
 // stream) and throws mxq::Error describing the first malformed entry.
@@ -273,6 +325,10 @@ void quantize_weight(const QuantizeWeightParams& p);
 // §12.1); throws for an index out of range or counts that are negative or do not sum to N. The
 // workspace is not used (may be null); a status word is written 0.
 void quantize_routed(const QuantizeRoutedParams& p);
+// The emulated GEMM (docs/numerics.md §13.6): each operand dequantized (e4m3 value x factor, fp32),
+// an fp32 dot product per output in increasing contraction order, rounded once to bf16. Throws for
+// a malformed offs; the workspace is not used (may be null); a status word is written 0.
+void grouped_gemm(const GroupedGemmParams& p);
 }  // namespace ref
 
 }  // namespace mxq

@@ -63,6 +63,15 @@ MXQ_HD float f32_from_bits(uint32_t u) {
 #endif
 }
 
+// IEEE fp32 sum, rounded to nearest even, never contracted into a fused multiply-add.
+MXQ_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
 // Exact IEEE fp32 product, never contracted and never flushed (subnormals are part of the
 // contract).
 MXQ_HD float mul_rn(float a, float b) {

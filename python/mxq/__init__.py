@@ -10,6 +10,8 @@ and Meta impls; see torch_ext/ops.cpp). The typed Python API:
     mxq.validate_offs(offs, M)
     mxq.quantize_weight(w, *, scaling_mode=None, weight_scaling=None, rowwise=True, colwise=True, format="mxfp8")
     mxq.quantize_routed(x, index, counts, *, scale=None, scaling_mode=None, rowwise=True, colwise=True, format="mxfp8")
+    mxq.grouped_mm_fp8_blockwise(a, a_scale, b, b_scale, offs, *, grouping="m_grouped")  # FP8 blockwise experts'
+                                              # GEMMs (m_grouped: forward/dgrad, k_grouped: wgrad; CUDA: SM90)
     mxq.MXFP8Config(...)                      # the training recipe (format="mxfp8"); MXFP8Config.recipe("mxfp8_rceil")
     mxq.MXFP8Linear(..., config=None)         # mxq.linear; mxq.mxfp8_linear(x, weight, bias, config=None)
     mxq.grouped_mm(x, w, offs, config=None)   # mxq.moe: MXFP8 grouped GEMM (MoE experts, groups of any size)
@@ -68,6 +70,7 @@ from .ops import (
     dequantize_colwise,
     dequantize_rowwise,
     empty_quantized,
+    grouped_mm_fp8_blockwise,
     has_cuda_kernels,
     quantize,
     quantize_routed,
@@ -90,6 +93,7 @@ __all__ = [
     "dequantize_rowwise",
     "empty_quantized",
     "grouped_mm",
+    "grouped_mm_fp8_blockwise",
     "has_cuda_kernels",
     "mxfp8_linear",
     "nn",

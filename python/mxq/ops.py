@@ -453,3 +453,48 @@ def __getattr__(name: str):
         field = {"BACKENDS": "activation_quantization_backend", "WEIGHT_SCALINGS": "weight_scaling"}[name]
         raise AttributeError(f'mxq.ops.{name} was removed: the choices are mxq.config.CHOICES["{field}"]')
     raise AttributeError(f"module 'mxq.ops' has no attribute {name!r}")
+
+
+GROUPINGS = ("m_grouped", "k_grouped")
+
+
+def grouped_mm_fp8_blockwise(
+    a: Tensor, a_scale: Tensor, b: Tensor, b_scale: Tensor, offs: Tensor, *, grouping: str = "m_grouped"
+) -> Tensor:
+    """The MoE experts' FP8 blockwise GEMMs (docs/numerics.md §13.6), on operands as :func:`quantize`,
+    :func:`quantize_routed` and :func:`quantize_weight` return them with ``format="fp8_blockwise"``. ``offs`` (G,)
+    int32: the group ends along the tokens M, each a multiple of 128 (``quantize_routed``'s ``offs_p``).
+
+    ``grouping="m_grouped"`` (forward and dgrad), ``out[rows of g] = a[rows of g] @ b[g].T``:
+        a        q_row (M, K) float8_e4m3fn;  a_scale  s_row (M, K/128) float32, strides (1, M)
+        b        (G, N, K) float8_e4m3fn, contiguous: a weight's q_row (forward) or
+                 ``q_col.transpose(-2, -1)`` (dgrad, the (G, K, N) array)
+        b_scale  (G, N/128, roundup(K/128, 4)) float32: the weight's s_row (forward) or s_col (dgrad)
+        returns  (M, N) bfloat16; rows past ``offs[-1]`` are zero
+
+    ``grouping="k_grouped"`` (wgrad), ``out[g] = dY_g.T @ X_g`` over group g's tokens:
+        a        dY's ``q_col.t()`` (N, M);  a_scale  dY's s_col (N, M/128), strides (1, N)
+        b        X's ``q_col.t()`` (K, M);   b_scale  X's s_col (K, M/128), strides (1, K)
+        returns  (G, N, K) bfloat16; an empty group's matrix is zero
+
+    M, N, K multiples of 128, 1 <= G <= 1024. CPU tensors run the emulated GEMM of the C++ reference (each operand
+    dequantized, fp32 sums in order, rounded once to bf16); CUDA tensors CUTLASS's SM90 grouped GEMM (SM90 only:
+    elsewhere RuntimeError), equal to the CPU result within the fp32-accumulation tolerance of §13.6. On CUDA a
+    malformed offs is not read on the host (no sync): it is clamped on the device; :func:`validate_offs` checks it.
+
+    Raises TypeError for an argument of the wrong type or dtype, ValueError for a bad value.
+    """
+    op = "mxq.grouped_mm_fp8_blockwise"
+    check_types(
+        op,
+        ("a", a, Tensor),
+        ("a_scale", a_scale, Tensor),
+        ("b", b, Tensor),
+        ("b_scale", b_scale, Tensor),
+        ("offs", offs, Tensor),
+        ("grouping", grouping, str),
+    )
+    return _grouped_mm_fp8_blockwise(a, a_scale, b, b_scale, offs, grouping)
+
+
+_grouped_mm_fp8_blockwise = _ops.grouped_mm_fp8_blockwise.default

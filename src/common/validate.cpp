@@ -284,9 +284,42 @@ void validate(const QuantizeRoutedParams& p) {
              s_col_bytes(Mp, p.K, p.num_experts, p.format), "q_col", "s_col");
 }
 
+void check_grouped_gemm_sizes(int64_t M, int64_t N, int64_t K, int64_t num_groups) {
+  constexpr int kBlock = Fp8Blockwise::kBlock;
+  check_dim("M", M, kBlock);
+  check_dim("N", N, kBlock);
+  check_dim("K", K, kBlock);
+  MXQ_CHECK(N > 0 && K > 0, "N and K must be positive, got N=", N, ", K=", K);
+  MXQ_CHECK(num_groups >= 1 && num_groups <= kMaxGroups,
+            "the group count (offs' length) must be 1 to ", kMaxGroups, ", got ", num_groups);
+}
+
+void validate(const GroupedGemmParams& p) {
+  MXQ_CHECK(p.grouping == Grouping::kMGrouped || p.grouping == Grouping::kKGrouped,
+            "grouping must be Grouping::kMGrouped or kKGrouped, got ",
+            static_cast<int>(p.grouping));
+  check_grouped_gemm_sizes(p.M, p.N, p.K, p.num_groups);
+  if (p.M > 0) {  // with M = 0, a (and b K-grouped) has no bytes and may be null
+    check_ptr(p.a, "a");
+    check_ptr(p.a_scale, "a_scale");
+  }
+  if (p.grouping == Grouping::kMGrouped || p.M > 0) {
+    check_ptr(p.b, "b");
+    check_ptr(p.b_scale, "b_scale");
+  }
+  if (p.grouping == Grouping::kKGrouped || p.M > 0) check_ptr(p.out, "out");
+  check_ptr(p.offs, "offs", 4);
+  if (p.status != nullptr) check_ptr(p.status, "status", 4);
+}
+
 }  // namespace mxq::detail
 
 namespace mxq {
+
+void check_grouped_gemm_sizes(int64_t M, int64_t N, int64_t K, int64_t num_groups) {
+  detail::with_op("mxq::check_grouped_gemm_sizes",
+                  [&] { detail::check_grouped_gemm_sizes(M, N, K, num_groups); });
+}
 
 void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts, Format format) {
   detail::with_op("mxq::check_routed_sizes",

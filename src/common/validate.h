@@ -25,6 +25,11 @@ void validate(const QuantizeWeightParams& p);
 void validate(const QuantizeRoutedParams& p);
 void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts, Format format);
 
+// grouped_gemm (docs/numerics.md §13.6): the grouping, sizes, pointers (not the workspace, which
+// only the GPU path uses).
+void validate(const GroupedGemmParams& p);
+void check_grouped_gemm_sizes(int64_t M, int64_t N, int64_t K, int64_t num_groups);
+
 // The size rules (the public check_sizes / check_weight_sizes without an op name); num_groups < 0:
 // dense, or the group count is checked elsewhere.
 void check_sizes(int64_t M, int64_t K, int64_t num_groups, Format format, const char* m_name = "M",

@@ -5,6 +5,7 @@
 #include "../common/check.h"
 #include "../common/offs.h"
 #include "../common/validate.h"
+#include "../kernels/grouped_gemm.h"
 #include "../kernels/launch.h"
 #include "mxq/mxq.h"
 
@@ -83,6 +84,25 @@ const char* to_string(WeightScaling scaling) {
       return "32x32";
     case WeightScaling::k128x128:
       return "128x128";
+  }
+  return "?";
+}
+
+Grouping parse_grouping(const std::string& name) {
+  return detail::with_op("mxq::parse_grouping", [&] {
+    if (name == "m_grouped") return Grouping::kMGrouped;
+    if (name == "k_grouped") return Grouping::kKGrouped;
+    detail::fail(Error::Kind::kInvalidArgument,
+                 "grouping must be \"m_grouped\" or \"k_grouped\", got \"", name, "\"");
+  });
+}
+
+const char* to_string(Grouping grouping) {
+  switch (grouping) {
+    case Grouping::kMGrouped:
+      return "m_grouped";
+    case Grouping::kKGrouped:
+      return "k_grouped";
   }
   return "?";
 }
@@ -175,6 +195,28 @@ void quantize_weight(const QuantizeWeightParams& p) {
     if (detail::nothing_to_write(p)) return;
     detail::require_supported_device();
     detail::launch_quantize_weight(p);
+  });
+}
+
+int64_t grouped_gemm_workspace_bytes(Grouping grouping, int64_t M, int64_t N, int64_t K,
+                                     int64_t num_groups) {
+  return detail::with_op("mxq::grouped_gemm_workspace_bytes", [&] {
+    detail::check_grouped_gemm_sizes(M, N, K, num_groups);
+    return detail::grouped_gemm_workspace(grouping, M, N, K, num_groups).total;
+  });
+}
+
+void grouped_gemm(const GroupedGemmParams& p) {
+  detail::with_op("mxq::grouped_gemm", [&] {
+    detail::validate(p);
+    const int64_t bytes =
+        detail::grouped_gemm_workspace(p.grouping, p.M, p.N, p.K, p.num_groups).total;
+    MXQ_CHECK(p.workspace != nullptr, "workspace is null (it needs grouped_gemm_workspace_bytes(",
+              to_string(p.grouping), ", M, N, K, G) = ", bytes, " bytes)");
+    MXQ_CHECK(reinterpret_cast<uintptr_t>(p.workspace) % 256 == 0,
+              "workspace must be 256-byte aligned, got address ", p.workspace);
+    detail::require_supported_device();
+    detail::launch_grouped_gemm(p);
   });
 }
 

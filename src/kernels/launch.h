@@ -18,6 +18,9 @@ void launch_dequantize(const DequantizeParams& p);
 void launch_quantize_weight(const QuantizeWeightParams& p);  // quantize_weight.cu
 // The routing plan (route.cu), then the routed tile kernel (quantize.cu).
 void launch_quantize_routed(const QuantizeRoutedParams& p, int tile_rows);
+// CUTLASS's SM90 grouped GEMM (sm90/sm90_grouped_gemm.cu; without sm_90a in the build, a stub
+// that refuses): the per-group problems from offs, then the GEMM.
+void launch_grouped_gemm(const GroupedGemmParams& p);
 // The composed path's third kernel (to_blocked.cu): plain S_col (K, M/32) -> p.s_col (blocked, or
 // K-groups with p.offs, writing p.status).
 void launch_to_blocked(const uint8_t* s_col_plain, const QuantizeParams& p);
