@@ -62,13 +62,14 @@ def format_block(config: MXFP8Config) -> int:
     return ops.FORMAT_BLOCK[config.format]
 
 
-def check_grouped_format(owner: str, config: MXFP8Config) -> None:
-    """ValueError for a recipe whose format has no grouped GEMMs here (FP8 blockwise: its SM90 grouped GEMM is not
-    built yet); said when the layer is made, not at its first call."""
+def check_dispatcher_format(owner: str, config: MXFP8Config) -> None:
+    """ValueError for a recipe whose format the token dispatcher does not run yet (FP8 blockwise: its routed
+    quantization exists, the dispatcher's GEMM plumbing in that format not); said when the dispatcher is made."""
     if config.format != "mxfp8":
         raise ValueError(
-            f'{owner}: format "{config.format}" runs dense layers only (MXFP8Linear, mxfp8_linear); grouped GEMMs '
-            f'(grouped_mm, MXFP8GroupedExperts, TokenDispatcher) take an "mxfp8" recipe'
+            f'{owner}: format "{config.format}" is not available in the token dispatcher yet; its grouped GEMMs run '
+            f"through mxq.grouped_mm and MXFP8GroupedExperts (with your own or TorchTitan's dispatcher), or use an "
+            f'"mxfp8" recipe here'
         )
 
 
@@ -133,10 +134,13 @@ def bf16_grouped_mm_available(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def grouped_gemm_path(device: torch.device, native: bool = False) -> str:
-    """The path a grouped GEMM takes on ``device``: ``"scaled_grouped_mm"`` (native MXFP8, CUDA SM100+),
+def grouped_gemm_path(device: torch.device, native: bool = False, format: str = "mxfp8") -> str:
+    """The path a grouped GEMM takes on ``device``. MXFP8: ``"scaled_grouped_mm"`` (native, CUDA SM100+),
     ``"emulated_grouped_mm"`` (dequantize + torch._grouped_mm) or ``"emulated_per_group"`` (dequantize + one matmul
-    per group)."""
+    per group). FP8 blockwise: ``"cutlass_fp8_blockwise"`` (native, CUDA SM90: mxq's CUTLASS kernel) or
+    ``"emulated_fp32"`` (the op's C++ reference on the CPU; on CUDA one fp32 matmul per group)."""
+    if format == "fp8_blockwise":
+        return "cutlass_fp8_blockwise" if native else "emulated_fp32"
     if native:
         return "scaled_grouped_mm"
     return "emulated_grouped_mm" if bf16_grouped_mm_available(device) else "emulated_per_group"
@@ -452,12 +456,34 @@ def dense_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, b_is_weight: bool
     return mx_gemm(qa, sa, qb, sb, plan.path)
 
 
+def blockwise_grouped(a: Tensor, sa: Tensor, b: Tensor, sb: Tensor, offs: Tensor, grouping: str, path: str) -> Tensor:
+    """:func:`mxq.ops.grouped_mm_fp8_blockwise` (its docstring has the operands; ``grouping`` "m_grouped" for
+    forward and dgrad, "k_grouped" for wgrad): the op — CUTLASS on SM90, the C++ reference on the CPU — or, emulated
+    on a CUDA device, :func:`blockwise_gemm`'s fp32 emulation one group at a time (reads offs on the host, so it
+    synchronizes; empty groups and rows past offs[-1] give 0, as the op's)."""
+    if path == "cutlass_fp8_blockwise" or a.device.type == "cpu":
+        return ops.grouped_mm_fp8_blockwise(a, sa, b, sb, offs, grouping=grouping)
+    n, ends = ops.FORMAT_BLOCK["fp8_blockwise"], [int(e) for e in offs.tolist()]
+    groups = [(g, s, e) for g, (s, e) in enumerate(zip([0, *ends[:-1]], ends)) if e > s]
+    if grouping == "m_grouped":
+        out = torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
+        for g, s, e in groups:
+            out[s:e] = blockwise_gemm(a[s:e], sa[s:e], b[g], sb[g], True, path)
+        return out
+    out = torch.zeros(len(ends), a.shape[0], b.shape[0], dtype=torch.bfloat16, device=a.device)
+    for g, s, e in groups:
+        out[g] = blockwise_gemm(a[:, s:e], sa[:, s // n : e // n], b[:, s:e], sb[:, s // n : e // n], False, path)
+    return out
+
+
 def fwd_gemm(q_x, s_x, q_w, s_w, offs, plan: GemmPlan) -> Tensor:
     """y = x Wᵀ (per group): x rowwise ((M, K); M-groups scales when grouped), W rowwise along K ((N, K), or
     (G, N, K) per expert)."""
     path = plan.path
     if offs is None:
         return dense_gemm(q_x, s_x, q_w, s_w, True, plan)
+    if plan.format == "fp8_blockwise":
+        return blockwise_grouped(q_x, s_x, q_w, s_w, offs, "m_grouped", path)
     if path == "scaled_grouped_mm":
         # B (G, K, N) column-major: q_w.transpose(-2, -1) has strides (N·K, 1, K).
         return torch._scaled_grouped_mm(q_x, q_w.transpose(-2, -1), s_x, s_w, offs=offs, out_dtype=torch.bfloat16)
@@ -472,6 +498,8 @@ def dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, plan: GemmPlan) -> Tensor:
     path = plan.path
     if offs is None:
         return dense_gemm(q_dy, s_dy, q_w_col.t(), s_w_col, True, plan)  # (M, N) · (K, N)ᵀ
+    if plan.format == "fp8_blockwise":  # B: the (G, K, N) array of W's colwise bytes
+        return blockwise_grouped(q_dy, s_dy, q_w_col.transpose(-2, -1), s_w_col, offs, "m_grouped", path)
     if path == "scaled_grouped_mm":
         return torch._scaled_grouped_mm(q_dy, q_w_col, s_dy, s_w_col, offs=offs, out_dtype=torch.bfloat16)
     dy = ops.dequantize(q_dy, s_dy, offs, layout="m_groups")
@@ -485,6 +513,8 @@ def wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, plan: GemmPlan) -> Te
     path = plan.path
     if offs is None:
         return dense_gemm(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, False, plan)  # (N, M) · (K, M)ᵀ
+    if plan.format == "fp8_blockwise":
+        return blockwise_grouped(q_dy_col.t(), s_dy_col, q_x_col.t(), s_x_col, offs, "k_grouped", path)
     if path == "scaled_grouped_mm":
         return torch._scaled_grouped_mm(q_dy_col.t(), q_x_col, s_dy_col, s_x_col, offs=offs, out_dtype=torch.bfloat16)
     dy_t = ops.dequantize(q_dy_col.t(), s_dy_col, offs, layout="k_groups")  # (N, M), tail tokens 0

@@ -57,8 +57,8 @@ from ._gemm import (
     BLOCK,
     ROUTED_QUANTIZATIONS,
     MXGemm,
+    check_dispatcher_format,
     check_float_tensor,
-    check_grouped_format,
     gemm_plan,
     grouped_gemm_path,
     layer_weight_operands,
@@ -217,7 +217,7 @@ class TokenDispatcher:
         check_routed_quantization(owner, routed_quantization)
         self.num_experts = num_experts
         self.config = check_config(owner, config)
-        check_grouped_format(owner, self.config)
+        check_dispatcher_format(owner, self.config)
         self.routed_quantization = routed_quantization
 
     def __repr__(self) -> str:

@@ -57,8 +57,8 @@ from torch import Tensor, nn
 from ._gemm import (
     MXGemm,
     check_float_tensor,
-    check_grouped_format,
     check_multiple,
+    format_block,
     gemm_plan,
     grouped_gemm_path,
     layer_weight_operands,
@@ -112,7 +112,7 @@ def bf16_grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
     return zero_tail(y, offs_p).index_select(0, dest).to(out_dtype)
 
 
-def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
+def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor, block: int = 32) -> None:
     check_float_tensor(owner, "x", x)
     check_float_tensor(owner, "w", w)
     check_type(owner, "offs", offs, Tensor)
@@ -131,8 +131,8 @@ def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor) -> None:
         raise ValueError(f"{owner}: x (M, K) and w (G, N, K) must share K, got x {tuple(x.shape)}, w {tuple(w.shape)}")
     if offs.device != x.device or w.device != x.device:
         raise ValueError(f"{owner}: x, w and offs must be on one device, got {x.device}, {w.device}, {offs.device}")
-    check_multiple(owner, "K", K)
-    check_multiple(owner, "N", N)
+    check_multiple(owner, "K", K, block)
+    check_multiple(owner, "N", N, block)
     if offs.device.type == "cpu" and not torch.compiler.is_compiling():
         # The offsets are on the host: check them here, under this op's name (on the GPU, padded_row_space asserts on the
         # device).
@@ -152,8 +152,9 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None
     recipe ``config`` (default: ``mxq.MXFP8Config()``).
 
     x (M, K) tokens sorted by expert, w (G, N, K), offs (G,) int32 cumulative group ends on x's device: groups of any
-    size (padded to 32 on the device, no host sync), empty groups and an uncovered tail allowed (the tail's output and
-    gradient are 0). K and N multiples of 32. x and w are cast to bf16 (inside the autograd graph, so fp32 master
+    size (padded to the format's block, 32 or 128, on the device, no host sync), empty groups and an uncovered tail
+    allowed (the tail's output and gradient are 0). K and N multiples of the block (32; 128 for FP8 blockwise, whose
+    GEMMs run mxq's CUTLASS kernel on SM90 and an fp32 emulation elsewhere: docs/training.md). x and w are cast to bf16 (inside the autograd graph, so fp32 master
     weights get fp32 gradients).
 
     A malformed offs raises ValueError on the CPU and fails a device-side assertion on CUDA (module docstring).
@@ -162,11 +163,11 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor, *, config: MXFP8Config | None
     GEMMs."""
     owner = "mxq.grouped_mm"
     config = check_config(owner, config)
-    check_grouped_format(owner, config)
-    _check_grouped_args(owner, x, w, offs)
-    path = grouped_gemm_path(x.device, use_native_gemm(owner, config, x.device))
+    block = format_block(config)
+    _check_grouped_args(owner, x, w, offs, block)
+    path = grouped_gemm_path(x.device, use_native_gemm(owner, config, x.device), config.format)
     M = x.shape[0]
-    offs_p, dest, Mp = padded_row_space(offs.contiguous(), M)
+    offs_p, dest, Mp = padded_row_space(offs.contiguous(), M, block)
     w_bf16 = w.to(torch.bfloat16).contiguous()
     w_operands = layer_weight_operands(w, w_bf16, config)
     y = MXGemm.apply(
@@ -263,10 +264,9 @@ class MXFP8GroupedExperts(GroupedExperts):
         config: MXFP8Config | None = None,
     ) -> None:
         owner = "MXFP8GroupedExperts"
-        check_multiple(owner, "dim", dim)
-        check_multiple(owner, "hidden_dim", hidden_dim)
         config = check_config(owner, config)
-        check_grouped_format(owner, config)
+        check_multiple(owner, "dim", dim, format_block(config))
+        check_multiple(owner, "hidden_dim", hidden_dim, format_block(config))
         super().__init__(num_experts, dim, hidden_dim, kind=kind, device=device, dtype=dtype)
         self.mxfp8_config = config
 

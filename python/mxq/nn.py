@@ -203,8 +203,6 @@ def plan(m: tnn.Module, style: str, config: MXFP8Config) -> tuple[dict, str] | s
         bad = [f"{n}={v}" for n, v in dims.items() if v % block]
         return f"{', '.join(bad)} not a multiple of {block}" if bad else None
 
-    if style != "linear" and config.format != "mxfp8":
-        return f'format "{config.format}" converts linears only (no grouped GEMM in this format yet)'
     if style == "linear":
         if isinstance(m, NonDynamicallyQuantizableLinear):
             return "nn.MultiheadAttention's out_proj: its parent reads the weight itself, never calls its forward"

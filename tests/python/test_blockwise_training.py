@@ -1,10 +1,11 @@
-"""The FP8 blockwise recipe (``MXFP8Config.recipe("fp8_blockwise")``, docs/training.md) in the dense layers: the
-config's per-format choices; MXFP8Linear's output and gradients against an emulation written here from
-docs/numerics.md §13 on the independent from-spec quantizer (blockwise_reference.py): each GEMM operand dequantized
-in fp32 (e4m3 · factor), an fp32 matmul, bf16 — the forward with x in 1x128 blocks and W in 128x128 tiles, dgrad with
-dy in 1x128 blocks along N and the same tiles, wgrad with dy and x in 128x1 blocks along the tokens; the bars against
-bf16; the error cases (128-multiples, grouped layers refused, gemm="native" off Hopper); the converter. On an SM90
-GPU: the native GEMMs (F.scaled_mm, cuBLASLt) against the emulated ones on the same operands, within fp32
+"""The FP8 blockwise recipe (``MXFP8Config.recipe("fp8_blockwise")``, docs/training.md) in the training layers: the
+config's per-format choices; MXFP8Linear's and mxq.grouped_mm's outputs and gradients against an emulation written
+here from docs/numerics.md §13 on the independent from-spec quantizer (blockwise_reference.py): each GEMM operand
+dequantized in fp32 (e4m3 · factor), an fp32 matmul, bf16 — the forward with x in 1x128 blocks and W in 128x128 tiles,
+dgrad with dy in 1x128 blocks along N and the same tiles, wgrad with dy and x in 128x1 blocks along the tokens (the
+grouped ones on the rows padded to 128 per group, empty groups and a tail included); the bars against bf16; the error
+cases (128-multiples, the token dispatcher refused, gemm="native" off Hopper); the converter. On an SM90 GPU: the
+native GEMMs (F.scaled_mm; mxq's CUTLASS grouped GEMM) against the emulated ones on the same operands, within fp32
 accumulation, and a torch.compile'd training step."""
 
 import pytest
@@ -150,30 +151,102 @@ def test_linear_shapes_are_128_multiples():
     assert layer(x).shape == (128, 128)
 
 
-def test_native_gemm_needs_hopper_and_grouped_layers_are_refused():
+def test_native_gemm_needs_hopper_and_the_dispatcher_is_refused():
     x, w, _ = _setup("cpu", 128, 128, 128)
     with pytest.raises(
         RuntimeError, match=r'^mxq.mxfp8_linear: gemm="native" needs a CUDA device of compute capability 9.x'
     ):
         mxq.mxfp8_linear(x, w, config=dataclasses.replace(RECIPE, gemm="native"))
-    grouped = 'format "fp8_blockwise" runs dense layers only'
-    with pytest.raises(ValueError, match=f"^mxq.grouped_mm: {grouped}"):
-        mxq.grouped_mm(x, w.unsqueeze(0), torch.tensor([128], dtype=torch.int32), config=RECIPE)
-    with pytest.raises(ValueError, match=f"^MXFP8GroupedExperts: {grouped}"):
-        mxq.MXFP8GroupedExperts(2, 128, 128, config=RECIPE)
-    with pytest.raises(ValueError, match=f"^mxq.TokenDispatcher: {grouped}"):
+    with pytest.raises(RuntimeError, match=r'^mxq.grouped_mm: gemm="native" needs a CUDA device of compute capa'):
+        mxq.grouped_mm(
+            x, w.unsqueeze(0), torch.tensor([128], dtype=torch.int32), config=dataclasses.replace(RECIPE, gemm="native")
+        )
+    with pytest.raises(ValueError, match='^mxq.TokenDispatcher: format "fp8_blockwise" is not available in the token'):
         mxq.TokenDispatcher(4, config=RECIPE)
+    with pytest.raises(ValueError, match="^MXFP8GroupedExperts: hidden_dim must be a multiple of 128, got 96$"):
+        mxq.MXFP8GroupedExperts(2, 128, 96, config=RECIPE)
+    with pytest.raises(ValueError, match="^mxq.grouped_mm: N must be a multiple of 128, got 64$"):
+        mxq.grouped_mm(x, w[:64].unsqueeze(0), torch.tensor([128], dtype=torch.int32), config=RECIPE)
 
 
-def test_convert_takes_the_linears_and_names_why_not_the_experts():
+def test_convert_takes_linears_and_experts_in_128_multiples():
     model = nn.Sequential(nn.Linear(256, 128), nn.Linear(128, 96), mxq.moe.GroupedExperts(2, 128, 256))
     summary = mxq.nn.convert(model, config=RECIPE)
-    assert [c.name for c in summary.converted] == ["0"]
-    assert {s.name: s.reason for s in summary.skipped} == {
-        "1": "out_features=96 not a multiple of 128",
-        "2": 'format "fp8_blockwise" converts linears only (no grouped GEMM in this format yet)',
-    }
-    assert model[0].mxfp8_config is RECIPE
+    assert [c.name for c in summary.converted] == ["0", "2"]
+    assert {s.name: s.reason for s in summary.skipped} == {"1": "out_features=96 not a multiple of 128"}
+    assert model[0].mxfp8_config is RECIPE and model[2].mxfp8_config is RECIPE
+
+
+# ---- grouped: mxq.grouped_mm and MXFP8GroupedExperts ----
+
+
+def emulated_grouped(x, w, dy, ends, mode="fp32"):
+    """(y, dx, dW) of y_g = x_g W_gᵀ over the groups ending at ``ends`` (rows past the last end: y 0, dx 0), each
+    group's rows padded to 128 by hand, every operand from the from-spec quantizer of the padded tensors."""
+    M, K = x.shape
+    G, N, _ = w.shape
+    starts, sizes = [0, *ends[:-1]], [e - s for s, e in zip([0, *ends[:-1]], ends)]
+    padded_starts = [sum(-(-n // 128) * 128 for n in sizes[:g]) for g in range(G)]
+    Mp = -(-(M + 127 * G) // 128) * 128
+    xp, dyp = torch.zeros(Mp, K, dtype=x.dtype), torch.zeros(Mp, N, dtype=dy.dtype)
+    for s, n, p in zip(starts, sizes, padded_starts):
+        xp[p : p + n], dyp[p : p + n] = x[s : s + n].cpu(), dy[s : s + n].cpu()
+    qx, sx, qx_col, sx_col = bref.quantize(xp, mode)
+    qdy, sdy, qdy_col, sdy_col = bref.quantize(dyp, mode)
+    qw, sw, _, _ = bref.quantize_weight(w, mode)
+    xf, dyf = _f32(qx, sx), _f32(qdy, sdy)  # (Mp, K), (Mp, N): rowwise
+    xcf, dycf = _f32(qx_col.t(), sx_col), _f32(qdy_col.t(), sdy_col)  # (K, Mp), (N, Mp): colwise
+    y, dx, dw = torch.zeros(M, N), torch.zeros(M, K), torch.zeros(G, N, K)
+    for g, (s, n, p) in enumerate(zip(starts, sizes, padded_starts)):
+        wf = _tiles_f32(qw[g], sw[g])  # (N, K)
+        y[s : s + n] = xf[p : p + n] @ wf.t()
+        dx[s : s + n] = dyf[p : p + n] @ wf
+        dw[g] = dycf[:, p : p + n] @ xcf[:, p : p + n].t()
+    return y.bfloat16(), dx.bfloat16(), dw.bfloat16()
+
+
+def _run_grouped(config, x, w, dy, offs):
+    xg, wg = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+    y = mxq.grouped_mm(xg, wg, offs, config=config)
+    y.backward(dy)
+    return y.detach(), xg.grad, wg.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["fp32", "rceil"])
+def test_grouped_mm_equals_the_emulation_from_the_spec(mode, device):
+    """Groups of 200, 0 (empty), 57 and 300 rows (padded to 128 each on the device), 43 tail rows past the last end."""
+    sizes, tail, K, N = [200, 0, 57, 300], 43, 256, 384
+    M, ends = sum(sizes) + tail, torch.tensor(sizes).cumsum(0).tolist()
+    g = torch.Generator().manual_seed(11)
+    w = (torch.randn(len(sizes), N, K, generator=g) / math.sqrt(K)).bfloat16()
+    x, dy = torch.randn(M, K, generator=g).bfloat16(), torch.randn(M, N, generator=g).bfloat16()
+    offs = torch.tensor(ends, dtype=torch.int32)
+    config = MXFP8Config(format="fp8_blockwise", scaling_mode=mode, gemm="emulated")
+    got = _run_grouped(config, x.to(device), w.to(device), dy.to(device), offs.to(device))
+    for name, gt, e in zip(("y", "dx", "dW"), got, emulated_grouped(x, w, dy, ends, mode)):
+        assert gt.dtype == torch.bfloat16 and gt.shape == e.shape, name
+        assert_gemm_close(gt, e, name)
+    assert not got[0][-tail:].any() and not got[1][-tail:].any() and not got[2][1].any()  # tail, the empty group
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_experts_bars_against_bf16(device):
+    """MXFP8GroupedExperts (SwiGLU) with the recipe against GroupedExperts in bf16 on the same weights."""
+    torch.manual_seed(0)
+    ref = mxq.moe.GroupedExperts(4, 256, 384, device=device, dtype=torch.bfloat16)
+    mine = mxq.MXFP8GroupedExperts.from_experts(ref, config=dataclasses.replace(RECIPE, gemm="emulated"))
+    offs = torch.tensor([128, 300, 300, 512], dtype=torch.int32, device=device)
+    x = torch.randn(512, 256, device=device, dtype=torch.bfloat16)
+    dy = torch.randn(512, 256, device=device, dtype=torch.bfloat16)
+    outs = []
+    for m in (ref, mine):
+        xg = x.clone().requires_grad_(True)
+        y = m(xg, offs)
+        y.backward(dy)
+        outs.append((y.detach(), xg.grad, m.w1.grad, m.w2.grad))
+    for name, e, g, bar in zip(("y", "dx", "dw1", "dw2"), *outs, (25.0, 23.0, 22.0, 22.0)):
+        assert sqnr(e.float(), g.float()) > bar, name
 
 
 # ---- Hopper: the native GEMMs ----
@@ -187,6 +260,21 @@ def test_native_equals_emulated(MKN):
     x, w, dy = _setup("cuda", *MKN, seed=7)
     native = _run(RECIPE, x, w, dy)
     emulated = _run(dataclasses.replace(RECIPE, gemm="emulated"), x, w, dy)
+    for name, n, e in zip(("y", "dx", "dW"), native, emulated):
+        assert_gemm_close(n, e, name)
+
+
+@requires_sm90
+def test_grouped_native_equals_emulated():
+    """mxq's CUTLASS grouped GEMM (forward, dgrad, K-grouped wgrad) against the per-group fp32 emulation on CUDA."""
+    sizes, K, N = [256, 0, 100, 700, 128], 512, 384
+    M = sum(sizes) + 64
+    g = torch.Generator().manual_seed(5)
+    w = (torch.randn(len(sizes), N, K, generator=g) / math.sqrt(K)).bfloat16().cuda()
+    x, dy = torch.randn(M, K, generator=g).bfloat16().cuda(), torch.randn(M, N, generator=g).bfloat16().cuda()
+    offs = torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32).cuda()
+    native = _run_grouped(RECIPE, x, w, dy, offs)
+    emulated = _run_grouped(dataclasses.replace(RECIPE, gemm="emulated"), x, w, dy, offs)
     for name, n, e in zip(("y", "dx", "dW"), native, emulated):
         assert_gemm_close(n, e, name)
 
