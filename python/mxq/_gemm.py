@@ -62,17 +62,6 @@ def format_block(config: MXFP8Config) -> int:
     return ops.FORMAT_BLOCK[config.format]
 
 
-def check_dispatcher_format(owner: str, config: MXFP8Config) -> None:
-    """ValueError for a recipe whose format the token dispatcher does not run yet (FP8 blockwise: its routed
-    quantization exists, the dispatcher's GEMM plumbing in that format not); said when the dispatcher is made."""
-    if config.format != "mxfp8":
-        raise ValueError(
-            f'{owner}: format "{config.format}" is not available in the token dispatcher yet; its grouped GEMMs run '
-            f"through mxq.grouped_mm and MXFP8GroupedExperts (with your own or TorchTitan's dispatcher), or use an "
-            f'"mxfp8" recipe here'
-        )
-
-
 def _autocast_on(device_type: str) -> bool:
     return device_type in ("cpu", "cuda") and torch.is_autocast_enabled(device_type)
 
@@ -229,17 +218,14 @@ def quantize_routed_composed(
 
 
 def routed_operands(
-    how: str, x, index, counts, scale, scaling_mode: str, rowwise: bool, colwise: bool, backend: str
+    how: str, x, index, counts, scale, scaling_mode: str, rowwise: bool, colwise: bool, backend: str, format: str
 ) -> RoutedMXTensors:
-    """The routed rows of ``x`` quantized over the padded row space: by the one-pass op (``how="fused"``) or the
-    composed baseline (``"composed"``); the same bytes."""
+    """The routed rows of ``x`` quantized in ``format`` over the padded row space: by the one-pass op
+    (``how="fused"``) or the composed baseline (``"composed"``); the same bytes."""
+    axes = {"scale": scale, "scaling_mode": scaling_mode, "rowwise": rowwise, "colwise": colwise, "format": format}
     if how == "fused":
-        return ops.quantize_routed(
-            x, index, counts, scale=scale, scaling_mode=scaling_mode, rowwise=rowwise, colwise=colwise
-        )
-    return quantize_routed_composed(
-        x, index, counts, scale=scale, scaling_mode=scaling_mode, rowwise=rowwise, colwise=colwise, backend=backend
-    )
+        return ops.quantize_routed(x, index, counts, **axes)
+    return quantize_routed_composed(x, index, counts, backend=backend, **axes)
 
 
 # ---- reusing a weight's quantization across microbatches ----
@@ -639,7 +625,7 @@ class CombineRows(PaddedRows):
         _, _, _, index, counts = rows
         dout = dy.to(torch.bfloat16).contiguous()
         q = routed_operands(
-            r.routed_quantization, dout, index, counts, scores, r.scaling_mode, need_dx, need_dw, r.backend
+            r.routed_quantization, dout, index, counts, scores, r.scaling_mode, need_dx, need_dw, r.backend, r.format
         )
         return q.q_row, q.s_row, q.q_col, q.s_col
 

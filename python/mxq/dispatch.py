@@ -1,5 +1,5 @@
-"""The MXFP8 token dispatcher of an MoE layer: routed tokens in, expert-sorted and quantized in one pass, and back
-(docs/training.md, "The token dispatcher").
+"""The token dispatcher of an MoE layer: routed tokens in, expert-sorted and quantized in one pass (in the recipe's
+format: MXFP8, or FP8 blockwise with every expert padded to 128), and back (docs/training.md, "The token dispatcher").
 
     d = mxq.TokenDispatcher(num_experts, config=mxq.MXFP8Config())
     routed = d.dispatch(x, scores, expert_ids)         # x (T, D); scores, expert_ids (T, top_k): a router's top-k
@@ -54,11 +54,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ._gemm import (
-    BLOCK,
     ROUTED_QUANTIZATIONS,
     MXGemm,
-    check_dispatcher_format,
     check_float_tensor,
+    format_block,
     gemm_plan,
     grouped_gemm_path,
     layer_weight_operands,
@@ -109,8 +108,8 @@ class RoutedTokens(NamedTuple):
 # ---- routing ----
 
 
-def check_routing_args(owner: str, x, scores, expert_ids, num_experts: int) -> None:
-    """The dispatch's argument checks: x (T, D) floating point with D a multiple of 32, scores and expert_ids
+def check_routing_args(owner: str, x, scores, expert_ids, num_experts: int, block: int) -> None:
+    """The dispatch's argument checks: x (T, D) floating point with D a multiple of the format's ``block``, scores and expert_ids
     (T, top_k), expert_ids integer (on the CPU, also in [0, num_experts)), all on one device."""
     check_float_tensor(owner, "x", x)
     check_float_tensor(owner, "scores", scores)
@@ -130,8 +129,8 @@ def check_routing_args(owner: str, x, scores, expert_ids, num_experts: int) -> N
             f"{owner}: x, scores and expert_ids must be on one device, got {x.device}, {scores.device}, "
             f"{expert_ids.device}"
         )
-    if D % BLOCK:
-        raise ValueError(f"{owner}: D (x.shape[1]) must be a multiple of {BLOCK}, got {D}")
+    if D % block:
+        raise ValueError(f"{owner}: D (x.shape[1]) must be a multiple of {block}, got {D}")
     if x.device.type == "cpu" and expert_ids.numel() and not torch.compiler.is_compiling():
         lo, hi = int(expert_ids.min()), int(expert_ids.max())
         if lo < 0 or hi >= num_experts:
@@ -157,9 +156,9 @@ class _Dispatch(torch.autograd.Function):
     handle's padded gradient to the tokens."""
 
     @staticmethod
-    def forward(ctx, x, index, counts, how, scaling_mode, backend):
+    def forward(ctx, x, index, counts, how, scaling_mode, backend, format):
         q_row, s_row, q_col, s_col, offs_p, dest = routed_operands(
-            how, x, index, counts, None, scaling_mode, True, True, backend
+            how, x, index, counts, None, scaling_mode, True, True, backend, format
         )
         dest = dest.long()
         Mp = q_row.shape[0]
@@ -178,7 +177,7 @@ class _Dispatch(torch.autograd.Function):
         d_routed = d_handle.index_select(0, dest)
         # What autograd's backward of x[index] runs: a deterministic accumulate into zeros.
         dx = d_routed.new_zeros(ctx.num_tokens, d_routed.shape[1]).index_put_((index,), d_routed, accumulate=True)
-        return dx, None, None, None, None, None
+        return dx, None, None, None, None, None, None
 
 
 def combine(routed: RoutedTokens, y: Tensor) -> Tensor:
@@ -203,7 +202,7 @@ def check_routed_quantization(owner: str, value) -> None:
 
 
 class TokenDispatcher:
-    """MXFP8 token dispatcher for ``num_experts`` local experts with the recipe ``config`` (default:
+    """Token dispatcher for ``num_experts`` local experts with the recipe ``config`` (default:
     ``mxq.MXFP8Config()``): see the module docstring. Not an nn.Module (no parameters or buffers); one object serves
     every call. ``routed_quantization``: ``"fused"`` (default) or ``"composed"``."""
 
@@ -217,7 +216,6 @@ class TokenDispatcher:
         check_routed_quantization(owner, routed_quantization)
         self.num_experts = num_experts
         self.config = check_config(owner, config)
-        check_dispatcher_format(owner, self.config)
         self.routed_quantization = routed_quantization
 
     def __repr__(self) -> str:
@@ -237,8 +235,11 @@ class TokenDispatcher:
     def dispatch(self, x: Tensor, scores: Tensor, expert_ids: Tensor) -> RoutedTokens:
         """x (T, D) floating point; scores (T, top_k) the gate score of each choice (used in fp32); expert_ids
         (T, top_k) integer expert of each choice, in [0, num_experts) (a token may pick an expert twice). Returns the
-        routed tokens, quantized (module docstring). D must be a multiple of 32."""
-        check_routing_args("mxq.TokenDispatcher.dispatch", x, scores, expert_ids, self.num_experts)
+        routed tokens, quantized (module docstring). D must be a multiple of the format's block (32; 128 for FP8
+        blockwise)."""
+        check_routing_args(
+            "mxq.TokenDispatcher.dispatch", x, scores, expert_ids, self.num_experts, format_block(self.config)
+        )
         index, counts, sorted_scores = route(scores, expert_ids, self.num_experts)
         c = self.config
         handle, *operands = _Dispatch.apply(
@@ -248,6 +249,7 @@ class TokenDispatcher:
             self.routed_quantization,
             c.scaling_mode,
             c.activation_quantization_backend,
+            c.format,
         )
         return RoutedTokens(handle, *operands, index, sorted_scores, counts, x.shape[0], output_dtype(x))
 
@@ -255,7 +257,7 @@ class TokenDispatcher:
 
     def _plan(self, owner: str, rows: str, routed: RoutedTokens):
         device = routed.x.device
-        path = grouped_gemm_path(device, use_native_gemm(owner, self.config, device))
+        path = grouped_gemm_path(device, use_native_gemm(owner, self.config, device), self.config.format)
         return gemm_plan(rows, self.config, path, self.routed_quantization)
 
     def _weight(self, owner: str, w: Tensor, K: int, name: str = "w"):
@@ -263,8 +265,9 @@ class TokenDispatcher:
         check_float_tensor(owner, name, w)
         if w.dim() != 3 or w.shape[0] != self.num_experts or w.shape[2] != K:
             raise ValueError(f"{owner}: {name} must have shape (E={self.num_experts}, N, K={K}), got {tuple(w.shape)}")
-        if w.shape[1] % BLOCK:
-            raise ValueError(f"{owner}: {name}'s N must be a multiple of {BLOCK}, got {w.shape[1]}")
+        block = format_block(self.config)
+        if w.shape[1] % block:
+            raise ValueError(f"{owner}: {name}'s N must be a multiple of {block}, got {w.shape[1]}")
         w_bf16 = w.to(torch.bfloat16).contiguous()
         return w_bf16, layer_weight_operands(w, w_bf16, self.config)
 
@@ -293,8 +296,8 @@ class TokenDispatcher:
         owner = "mxq.TokenDispatcher.combine_mm"
         self._check_padded(owner, "h", h, routed)
         w_bf16, w_operands = self._weight(owner, w, h.shape[1])
-        if h.shape[1] % BLOCK:
-            raise ValueError(f"{owner}: h's width must be a multiple of {BLOCK}, got {h.shape[1]}")
+        if h.shape[1] % format_block(self.config):
+            raise ValueError(f"{owner}: h's width must be a multiple of {format_block(self.config)}, got {h.shape[1]}")
         rows = (routed.offs_p, routed.valid, routed.dest, routed.index, routed.counts)
         sizes = (routed.valid.shape[0], routed.num_tokens)
         how = self._plan(owner, "combine", routed)

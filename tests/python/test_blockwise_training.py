@@ -18,6 +18,7 @@ import math
 import blockwise_reference as bref
 import mxq
 import torch
+import torch.nn.functional as F
 from helpers import DEVICES, sqnr
 from mxq import MXFP8Config, MXFP8Linear
 from torch import nn
@@ -151,22 +152,29 @@ def test_linear_shapes_are_128_multiples():
     assert layer(x).shape == (128, 128)
 
 
-def test_native_gemm_needs_hopper_and_the_dispatcher_is_refused():
+def test_native_gemm_needs_hopper_and_shapes_are_128_multiples():
     x, w, _ = _setup("cpu", 128, 128, 128)
-    with pytest.raises(
-        RuntimeError, match=r'^mxq.mxfp8_linear: gemm="native" needs a CUDA device of compute capability 9.x'
-    ):
-        mxq.mxfp8_linear(x, w, config=dataclasses.replace(RECIPE, gemm="native"))
-    with pytest.raises(RuntimeError, match=r'^mxq.grouped_mm: gemm="native" needs a CUDA device of compute capa'):
-        mxq.grouped_mm(
-            x, w.unsqueeze(0), torch.tensor([128], dtype=torch.int32), config=dataclasses.replace(RECIPE, gemm="native")
-        )
-    with pytest.raises(ValueError, match='^mxq.TokenDispatcher: format "fp8_blockwise" is not available in the token'):
-        mxq.TokenDispatcher(4, config=RECIPE)
+    native = dataclasses.replace(RECIPE, gemm="native")
+    for owner, call in [
+        ("mxq.mxfp8_linear", lambda: mxq.mxfp8_linear(x, w, config=native)),
+        (
+            "mxq.grouped_mm",
+            lambda: mxq.grouped_mm(x, w.unsqueeze(0), torch.tensor([128], dtype=torch.int32), config=native),
+        ),
+    ]:
+        with pytest.raises(
+            RuntimeError, match=f'^{owner}: gemm="native" needs a CUDA device of compute capability 9.x'
+        ):
+            call()
     with pytest.raises(ValueError, match="^MXFP8GroupedExperts: hidden_dim must be a multiple of 128, got 96$"):
         mxq.MXFP8GroupedExperts(2, 128, 96, config=RECIPE)
     with pytest.raises(ValueError, match="^mxq.grouped_mm: N must be a multiple of 128, got 64$"):
         mxq.grouped_mm(x, w[:64].unsqueeze(0), torch.tensor([128], dtype=torch.int32), config=RECIPE)
+    d, ids = mxq.TokenDispatcher(2, config=RECIPE), torch.zeros(128, 1, dtype=torch.int64)
+    with pytest.raises(
+        ValueError, match=r"^mxq.TokenDispatcher.dispatch: D \(x.shape\[1\]\) must be a multiple of 128, got 64$"
+    ):
+        d.dispatch(x[:, :64], torch.ones(128, 1), ids)
 
 
 def test_convert_takes_linears_and_experts_in_128_multiples():
@@ -247,6 +255,48 @@ def test_grouped_experts_bars_against_bf16(device):
         outs.append((y.detach(), xg.grad, m.w1.grad, m.w2.grad))
     for name, e, g in zip(("y", "dx", "dw1", "dw2"), *outs):  # MXFP8's bar for SwiGLU: three GEMMs in a row
         assert sqnr(e.float(), g.float()) >= 20, name
+
+
+def composed_moe(x, scores, expert_ids, w1, w2, w3, config):
+    """The MoE layer from separate pieces: sort by expert, gather x[index], mxq.grouped_mm per expert GEMM (it pads
+    each group to 128 and unpads), the gate-score multiply rounded to bf16, a deterministic scatter-add."""
+    k = expert_ids.shape[1]
+    flat = expert_ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    index, s = order // k, scores.reshape(-1).float()[order]
+    offs = torch.bincount(flat, minlength=w1.shape[0]).cumsum(0).to(torch.int32)
+    xr = x.to(torch.bfloat16)[index]
+    h = F.silu(mxq.grouped_mm(xr, w1, offs, config=config)) * mxq.grouped_mm(xr, w3, offs, config=config)
+    y = mxq.grouped_mm(h, w2, offs, config=config)
+    y_scaled = (y.float() * s.unsqueeze(1)).to(torch.bfloat16)
+    return y_scaled.new_zeros(x.shape[0], y.shape[1]).index_put_((index,), y_scaled, accumulate=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("routed", ["fused", "composed"])
+def test_token_dispatcher_equals_the_pieces_bitwise(routed, device):
+    """TokenDispatcher.swiglu with the recipe (x quantized once by quantize_routed, padded to 128 per expert; the
+    backward's d(routed y) with the gate scores in one routed pass) == composed_moe, outputs and every gradient."""
+    T, D, H, E, k = 200, 128, 256, 4, 2
+    g = torch.Generator().manual_seed(2)
+    x, dout = torch.randn(T, D, generator=g).bfloat16(), torch.randn(T, D, generator=g).bfloat16()
+    scores = torch.rand(T, k, generator=g)
+    ids = torch.randint(0, E - 1, (T, k), generator=g)  # expert 3 empty
+    ws = [(torch.randn(E, *s, generator=g) / math.sqrt(s[1])).bfloat16() for s in ((H, D), (D, H), (H, D))]
+    config = dataclasses.replace(RECIPE, gemm="emulated")
+    d = mxq.TokenDispatcher(E, config=config, routed_quantization=routed)
+    runs = []
+    for fn in (
+        lambda x, s, *w: d.swiglu(d.dispatch(x, s, ids.to(device)), *w),
+        lambda *a: composed_moe(*a[:2], ids.to(device), *a[2:], config),
+    ):
+        leaves = [t.to(device).requires_grad_(True) for t in (x, scores, *ws)]
+        y = fn(*leaves)
+        y.backward(dout.to(device))
+        runs.append([y.detach(), *(t.grad for t in leaves)])
+    for name, a, b in zip(("y", "dx", "d scores", "dW1", "dW2", "dW3"), *runs):
+        assert torch.equal(a, b), name
+    assert all(not dw[3].any() for dw in runs[0][3:])  # the empty expert
 
 
 # ---- Hopper: the native GEMMs ----

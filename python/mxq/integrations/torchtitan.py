@@ -108,8 +108,6 @@ def _dispatcher_plan(m) -> str | None:
         return "an expert-parallel mesh is wired; mxq's dispatcher is local"
     if not isinstance(getattr(e, "mxfp8_config", None), MXFP8Config):
         return "its inner experts were not converted"
-    if e.mxfp8_config.format != "mxfp8":
-        return f"mxq's dispatcher does not run format \"{e.mxfp8_config.format}\" yet (the experts' GEMMs do)"
     if not isinstance(e, TitanGroupedExperts) or type(e).forward is not TitanGroupedExperts.forward:
         return f"its inner experts ({type(e).__name__}) are not TorchTitan's SwiGLU GroupedExperts"
     return None
