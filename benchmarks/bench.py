@@ -1174,15 +1174,42 @@ def run_eager(a, mxq) -> int:
 # ---- an MoE layer step: --moe-step ----
 
 STAGES = ("dispatch", "experts", "combine", "backward")
+MOE_STEP_TARGET = 1.25  # issue 51: the fp8_blockwise layer step against the bf16 layer
 HOST_LEAD_CYCLES = 20_000_000  # a spin kernel queued before each step (~10 ms): the host issues the step meanwhile
 
 
+class Bf16Dispatcher:
+    """The bf16 MoE layer the recipes are measured against, with TokenDispatcher's call shape: dispatch gathers
+    x[index] in expert order (no padding), the grouped GEMMs are torch._grouped_mm in bf16 (fp32 accumulation),
+    combine_mm scales each routed row by its gate score (rounded to bf16) and scatter-adds it; backward is autograd."""
+
+    def __init__(self, num_experts: int):
+        self.num_experts = num_experts
+
+    def dispatch(self, x, scores, expert_ids):
+        k = expert_ids.shape[1]
+        order = torch.argsort(expert_ids.reshape(-1), stable=True)
+        counts = torch.bincount(expert_ids.reshape(-1), minlength=self.num_experts)
+        offs = torch.cumsum(counts, 0).to(torch.int32)
+        index = order // k
+        return x.to(torch.bfloat16).index_select(0, index), offs, index, scores.reshape(-1)[order], x.shape[0]
+
+    def grouped_mm(self, routed, w):
+        return torch._grouped_mm(routed[0], w.transpose(-2, -1), offs=routed[1])
+
+    def combine_mm(self, routed, h, w):
+        _, offs, index, scores, num_tokens = routed
+        y = (torch._grouped_mm(h, w.transpose(-2, -1), offs=offs).float() * scores.unsqueeze(1)).to(torch.bfloat16)
+        return y.new_zeros(num_tokens, y.shape[1]).index_put_((index,), y, accumulate=True)
+
+
 def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> list[dict]:
-    """One shape and routing: TokenDispatcher fused vs composed, the layer forward (dispatch, w1 and w3 grouped GEMMs
-    with SwiGLU, combine_mm) and its backward, eager; CUDA events on the stream between the stages, issued while a
-    spin kernel holds the GPU (the stages are GPU time, not the host's), the two dispatchers alternating step by
-    step; per stage the median over --rounds steps after 3 warm-up steps. The routed quantizations (dispatch's of x,
-    the backward's of d(routed y) with the scores) are timed alone too."""
+    """One shape and routing: TokenDispatcher with --recipe, fused vs composed routed quantization, and the bf16 layer
+    (Bf16Dispatcher): the layer forward (dispatch, w1 and w3 grouped GEMMs with SwiGLU, combine_mm) and its backward,
+    eager; CUDA events on the stream between the stages, issued while a spin kernel holds the GPU (the stages are GPU
+    time, not the host's), the three alternating step by step; per stage the median over --rounds steps after 3
+    warm-up steps. The routed quantizations (dispatch's of x, the backward's of d(routed y) with the scores) are timed
+    alone too."""
     import torch.nn.functional as F
 
     g = torch.Generator().manual_seed(a.seed)
@@ -1194,7 +1221,9 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
         for s in ((H, D), (D, H), (H, D))
     )
     dout = random_input(T, D, "bf16", a.seed + 1)
-    runs = {how: mxq.TokenDispatcher(E, routed_quantization=how) for how in ("fused", "composed")}
+    config = mxq.MXFP8Config.recipe(a.recipe)
+    runs = {how: mxq.TokenDispatcher(E, config=config, routed_quantization=how) for how in ("fused", "composed")}
+    runs["bf16"] = Bf16Dispatcher(E)
     samples, results = {how: [] for how in runs}, {}
     for step in range(3 + a.rounds):
         for how, d in runs.items():
@@ -1214,21 +1243,26 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
             torch.cuda.synchronize()
             if step >= 3:
                 samples[how].append([ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(len(STAGES))])
-            if step == 0:  # the first step's results of both: bitwise equal?
+            if step == 0 and how != "bf16":  # the first step's results of both dispatchers: bitwise equal?
                 results[how] = [y.detach(), x.grad, scores.grad, w1.grad, w2.grad, w3.grad]
     same = all(torch.equal(p, q) for p, q in zip(results["fused"], results["composed"]))
     index, counts = route(ids.cpu(), E)
     index, counts, scale = index.cuda(), counts.cuda(), scores.detach().reshape(-1)[index.cuda()].float()
-    path = mxq.moe.grouped_gemm_path(x.device, mxq.linear.native_mx_gemm(x.device))  # the default recipe's
+    from mxq._gemm import use_native_gemm
+
+    path = mxq.moe.grouped_gemm_path(x.device, use_native_gemm("bench.py", config, x.device), config.format)
+    stage = lambda how: {s: round(statistics.median(v[i] for v in samples[how]), 2) for i, s in enumerate(STAGES)}
+    bf16_step = round(sum(stage("bf16").values()), 2)
     rows = []
     for how, fn in (("fused", mxq.quantize_routed), ("composed", mxq.dispatch.quantize_routed_composed)):
-        stages = {s: round(statistics.median(v[i] for v in samples[how]), 2) for i, s in enumerate(STAGES)}
         alone = {
-            "quantize_x": lambda fn=fn: fn(x.detach(), index, counts),
-            "quantize_dy": lambda fn=fn: fn(dout, index, counts, scale=scale),
+            "quantize_x": lambda fn=fn: fn(x.detach(), index, counts, format=config.format),
+            "quantize_dy": lambda fn=fn: fn(dout, index, counts, scale=scale, format=config.format),
         }
         row = {"T": T, "D": D, "E": E, "top_k": k, "H": H, "routing": routing, "routed_quantization": how}
-        row |= {"stages_us": stages, "step_us": round(sum(stages.values()), 2), "gemm_path": path}
+        row |= {"recipe": a.recipe, "stages_us": stage(how), "gemm_path": path, "bf16_stages_us": stage("bf16")}
+        row |= {"step_us": round(sum(row["stages_us"].values()), 2), "bf16_step_us": bf16_step}
+        row["vs_bf16"] = round(bf16_step / row["step_us"], 3)
         row |= {f"{n}_us": round(median_ms(f, a.rounds) * 1e3, 2) for n, f in alone.items()}
         rows.append(
             row | {"outputs_equal": same, "counts_max": int(counts.max()), "counts_empty": int((counts == 0).sum())}
@@ -1239,17 +1273,23 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
 def run_moe_step(a, mxq) -> int:
     gpu = gpu_facts()
     json_path = output_path(a.json, "moe_step_", gpu["name"])
-    print(f"bench.py --moe-step on {gpu['name']}, torch {gpu['torch']}, mxq {commit()}: median of {a.rounds} steps")
+    print(
+        f"bench.py --moe-step on {gpu['name']}, torch {gpu['torch']}, mxq {commit()}: recipe {a.recipe} vs bf16, "
+        f"median of {a.rounds} steps"
+    )
     rows = [r for T, D, E, k, H in MOE_STEP_SHAPES for kind in ROUTINGS for r in moe_step(a, mxq, T, D, E, k, H, kind)]
     body = []
     for r in rows:
         cells = [f"{r['T']}x{r['D']} E={r['E']} k={r['top_k']} H={r['H']}", r["routing"], r["routed_quantization"]]
-        cells += [f"{r['stages_us'][s]:.0f}" for s in STAGES] + [f"{r['step_us']:.0f}"]
+        cells += [f"{r['stages_us'][s]:.0f} / {r['bf16_stages_us'][s]:.0f}" for s in STAGES]
+        cells += [f"{r['step_us']:.0f} / {r['bf16_step_us']:.0f}", f"{r['vs_bf16']:.2f}x"]
         body.append(cells + [f"{r['quantize_x_us']:.0f}", f"{r['quantize_dy_us']:.0f}", r["outputs_equal"]])
-    header = ["shape", "routing", "routed quantization", *(f"{s} us" for s in STAGES), "step us"]
-    print("\n" + md_table(header + ["quantize x us (alone)", "quantize dy us (alone)", "bitwise equal"], body))
-    print("(stages: CUDA events between the eager calls; backward is the whole autograd backward)")
+    header = ["shape", "routing", "routed quantization", *(f"{s} us (bf16)" for s in STAGES), "step us (bf16)"]
+    header += [f"x bf16 (target >= {MOE_STEP_TARGET}x)", "quantize x us (alone)", "quantize dy us (alone)"]
+    print("\n" + md_table(header + ["bitwise equal"], body))
+    print("(stages: CUDA events between the eager calls; backward is the whole autograd backward; bf16: torch's layer)")
     method = {"rounds": a.rounds, "warmup_steps": 3, "seed": a.seed, "timing": "eager, CUDA events between stages"}
+    method["recipe"] = a.recipe
     doc = {"schema": SCHEMA, "mode": "moe_step", "date": now(), "commit": commit(), "gpu": gpu, "method": method}
     write_outputs(doc | {"steps": rows}, json_path, None, None)
     return 0 if all(r["outputs_equal"] for r in rows) else 1
@@ -1398,6 +1438,7 @@ def parse_args(argv: list[str] | None):
     add("--no-verify", dest="verify", action="store_false", help="skip the checks against the CPU reference")
     add("--eager", action="store_true", help="time a call from Python without CUDA graphs instead")
     add("--moe-step", action="store_true", help="time an MoE layer step by stage, fused vs composed dispatch instead")
+    add("--recipe", help="--moe-step's recipe (a name in mxq.config.RECIPES; default mxfp8_rceil)")
     add(
         "--linear-step",
         action="store_true",
@@ -1418,6 +1459,9 @@ def parse_args(argv: list[str] | None):
         if values and not all(map(ok, values)):
             ap.error(f'--{name}: "{next(v for v in values if not ok(v))}" is not valid (see --help)')
         setattr(a, name, values)
+    if a.recipe is not None and not a.moe_step:
+        ap.error("--recipe is --moe-step's option")
+    a.recipe = a.recipe or "mxfp8_rceil"
     modes = a.eager + a.moe_step + a.linear_step
     if a.rounds < 1 or a.replays < 1 or a.seed < 0 or (a.plot and modes) or modes > 1:
         ap.error("--rounds and --replays take at least 1, --seed at least 0; --plot draws the sets; one mode at a time")
@@ -1438,6 +1482,9 @@ def run(argv: list[str] | None) -> int:
         import mxq
     except ImportError as e:
         raise Unavailable(f"cannot import mxq ({e}): set PYTHONPATH=python and MXQ_TORCH_LIBRARY, or pip install .")
+    if a.recipe not in mxq.config.RECIPES:
+        print(f"bench.py: --recipe must be one of {', '.join(mxq.config.RECIPES)}, got {a.recipe!r}", file=sys.stderr)
+        return 2
     cases = plan(a)
     if not cases and not (a.eager or a.moe_step or a.linear_step):
         print("bench.py: nothing to run: no case of the chosen sets uses the chosen ops", file=sys.stderr)

@@ -6,7 +6,7 @@
 #        (default: build tests fuzz python bench eager train)
 # Environment: FUZZ_CASES (10000), FUZZ_MAX_DIM (8192), GTEST_FILTER, BENCH_ARGS (benchmarks/bench.py options),
 #              TRAIN_ARGS, TITAN_ARGS, PYTEST_ARGS (the python step's test selection), SANITIZE_* (sanitize.sh),
-#              PROFILE_ARGS, PROFILE_KERNEL, PROFILE_CACHE (the profile step).
+#              PROFILE_ARGS, PROFILE_KERNEL, PROFILE_CACHE (the profile step), MOE_ARGS (e.g. --recipe fp8_blockwise).
 # Dependencies the device cannot download (GoogleTest sources, CUTLASS's headers from scripts/fetch_cutlass.sh) travel
 # in .deps/, Python wheels (the torchtitan step's torchtitan 0.3.0 and what its model code imports) in .whl/
 # (docs/development.md).
@@ -94,7 +94,7 @@ fi
 
 if has moestep; then
   log "moe step"
-  python3 benchmarks/bench.py --moe-step --json "$OUT/moe_step.json" 2>&1 | tee "$OUT/moe_step.log" | tail -30 || status=1
+  python3 benchmarks/bench.py --moe-step --json "$OUT/moe_step.json" ${MOE_ARGS:-} 2>&1 | tee "$OUT/moe_step.log" | tail -30 || status=1
 fi
 
 if has linearstep; then

@@ -469,3 +469,10 @@ def test_linear_step_arguments():
     for bad in (["--shapes", "256x256"], ["--shapes", "256x256x96"], ["--eager"], ["--moe-step"], ["--plot", "p.png"]):
         with pytest.raises(SystemExit):
             bench.parse_args(["--linear-step", *bad])
+
+
+def test_moe_step_recipe_argument():
+    assert bench.parse_args(["--moe-step"]).recipe == "mxfp8_rceil"
+    assert bench.parse_args(["--moe-step", "--recipe", "fp8_blockwise"]).recipe == "fp8_blockwise"
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--recipe", "fp8_blockwise"])  # --moe-step's option only
