@@ -1387,6 +1387,39 @@ def linear_step(a, mxq, M: int, K: int, N: int) -> dict:
     return row | {"stages_us": linear_stages(mxq, x.detach(), w, dy, a.rounds)}
 
 
+GROUPED_FORWARD_TARGET = 1.4  # issue 51: the FP8 blockwise grouped forward against torch._grouped_mm in bf16
+
+
+def grouped_forward(a, mxq, T: int, D: int, E: int, k: int, H: int) -> dict:
+    """The experts' first GEMM at an --moe-step shape, uniform routing: h = x_e · W1_eᵀ over the T·top_k routed rows
+    (D -> H per expert), torch._grouped_mm in bf16 on the expert-sorted rows against mxq's FP8 blockwise grouped GEMM
+    on the rows padded to 128 per expert (quantize_routed's offs_p): the GEMM alone and with its x quantization
+    (quantize_routed, both axes as the dispatcher makes them; W quantized once, outside)."""
+    ids = expert_choices("uniform", T, E, k, a.seed).cuda()
+    index, counts = route(ids.cpu(), E)
+    index, counts = index.cuda(), counts.cuda()
+    x = random_input(T, D, "bf16", a.seed)
+    w = random_input(E * H, D, "bf16", a.seed + 1).view(E, H, D)
+    offs = torch.cumsum(counts, 0).to(torch.int32)
+    xr = x.index_select(0, index)
+    fmt = "fp8_blockwise"
+    routed = mxq.quantize_routed(x, index, counts, format=fmt)
+    qw = mxq.quantize_weight(w, format=fmt)
+    gemm = lambda: mxq.ops.grouped_mm_fp8_blockwise(routed.q_row, routed.s_row, qw.q_row, qw.s_row, routed.offs_p)
+    with_x = lambda: (mxq.quantize_routed(x, index, counts, format=fmt), gemm())
+    us = {
+        "bf16 torch._grouped_mm": median_ms(lambda: torch._grouped_mm(xr, w.transpose(-2, -1), offs=offs), a.rounds),
+        "fp8_blockwise GEMM": median_ms(gemm, a.rounds),
+        "fp8_blockwise GEMM + quantize_routed(x)": median_ms(with_x, a.rounds),
+    }
+    us = {n: round(t * 1e3, 2) for n, t in us.items()}
+    bf16 = us["bf16 torch._grouped_mm"]
+    row = {"T": T, "D": D, "E": E, "top_k": k, "H": H, "us": us, "padded_rows": int(routed.q_row.shape[0])}
+    row |= {"vs_bf16": round(bf16 / us["fp8_blockwise GEMM"], 3)}
+    row |= {"vs_bf16_with_quantize": round(bf16 / us["fp8_blockwise GEMM + quantize_routed(x)"], 3)}
+    return row | {"pass_vs_bf16": row["vs_bf16"] >= GROUPED_FORWARD_TARGET}
+
+
 def run_linear_step(a, mxq) -> int:
     gpu = gpu_facts()
     json_path = output_path(a.json, "linear_step_", gpu["name"])
@@ -1410,12 +1443,22 @@ def run_linear_step(a, mxq) -> int:
     body = [[s, *(f"{r['stages_us'][s]:.1f}" for r in rows)] for s in stages]
     shapes = [f"{r['M']}x{r['K']} -> {r['N']}" for r in rows]
     print("\n## fp8_blockwise pieces alone vs bf16 GEMMs (us)\n\n" + md_table(["piece", *shapes], body))
+    grouped = [grouped_forward(a, mxq, *shape) for shape in MOE_STEP_SHAPES]
+    body = [
+        [f"{g['T']}x{g['D']} -> {g['H']}, E={g['E']} k={g['top_k']}", *(f"{t:.1f}" for t in g["us"].values())]
+        + [f"{g['vs_bf16']:.2f}x", f"{g['vs_bf16_with_quantize']:.2f}x", mark(g["pass_vs_bf16"])]
+        for g in grouped
+    ]
+    header = ["T x D -> H, experts", *(f"{n} us" for n in grouped[0]["us"]), "vs bf16", "with quantize"]
+    title = f"\n## grouped forward (uniform routing; target >= {GROUPED_FORWARD_TARGET}x bf16, GEMM alone)\n\n"
+    print(title + md_table([*header, "target"], body))
     for r in rows:
         for name, reason in r["skipped"].items():
             print(f"SKIPPED: {name} at {r['M']}x{r['K']} -> {r['N']}: {reason}")
     method = {"rounds": a.rounds, "warmup_steps": 3, "seed": a.seed, "timing": "eager fwd + bwd between CUDA events"}
     doc = {"schema": SCHEMA, "mode": "linear_step", "date": now(), "commit": commit(), "gpu": gpu, "method": method}
-    write_outputs(doc | {"targets": {"vs_torchao": LINEAR_TARGETS["vs_torchao"]}, "steps": rows}, json_path, None, None)
+    targets = {"vs_torchao": LINEAR_TARGETS["vs_torchao"], "grouped_forward_vs_bf16": GROUPED_FORWARD_TARGET}
+    write_outputs(doc | {"targets": targets, "steps": rows, "grouped_forward": grouped}, json_path, None, None)
     return 0
 
 
