@@ -38,7 +38,8 @@ loss falls from ln(2048) (chance) towards the chain's entropy given the topic (p
 Output: a progress line every ``--log-every`` steps, ``results.json`` (per-step losses, tokens/s, the config, the
 versions, the conversion summary, the last-50-step mean losses and their ratio) and ``losses.png`` in ``--out-dir``.
 Exit status 1 when the MXFP8 run's last-50 mean loss is not within ``--tolerance`` (default 1%) of bf16's; 2 for
-arguments it cannot run (checked before any work: the MXFP8 run needs --batch x --seq-len a multiple of 32).
+arguments it cannot run (checked before any work: the converted run needs --batch x --seq-len a multiple of its
+recipe's block, 32 for MXFP8 and 128 for FP8 blockwise; ``--recipe`` picks the recipe, default mxfp8_rceil).
 """
 
 from __future__ import annotations
@@ -68,7 +69,6 @@ from torch import nn
 FLAVOR = "debugmodel"
 TORCHTITAN = "0.3.0"  # the release this script was written against (any 0.3.x is taken)
 CONVERTER_MODULE = "mxq.integrations.torchtitan"  # its MXQConverter.Config goes in a model registry's converters
-BLOCK = 32  # MXFP8 scales one per 32 elements: a converted Linear's token count M must be a multiple of it
 MAX_SEQ_LEN = 4096 * 4  # the debug model's RoPE length (torchtitan 0.3.0's deepseek_v3 debugmodel)
 VERSIONS = """versions: torchtitan 0.3.x only; torch >= 2.11 (2.11: a placeholder for DataParallelMeshDims).
 Both runs use the script's causal-SDPA inner attention (TorchTitan 0.3's flex/varlen attention cannot train on a
@@ -382,6 +382,28 @@ def write_plot(path: str, runs: dict[str, RunResult], chance: float, floor: floa
 # ---- command line ----
 
 
+def check_recipe(p: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The converted run's label ("mxfp8", or "fp8bw" for an FP8 blockwise recipe), after checking --recipe against
+    mxq's recipes and the token count against the recipe's block. Every converted Linear (attention, shared experts,
+    the dense feed-forward, lm_head) sees all the step's tokens as its M dimension, which is quantized in blocks
+    along M for the weight gradient (MXFP8: 32; FP8 blockwise: 128) and mxq does not pad: MXFP8Linear would raise at
+    its first call."""
+    try:
+        mxq = importlib.import_module("mxq")
+    except ImportError as e:
+        p.error(f"cannot import mxq ({e}); --bf16-only runs the baseline alone")
+    recipe = mxq.config.RECIPES.get(args.recipe)
+    if recipe is None:
+        p.error(f"--recipe must be one of {', '.join(mxq.config.RECIPES)}, got {args.recipe!r}")
+    block, tokens = mxq.ops.FORMAT_BLOCK[recipe.format], args.batch * args.seq_len
+    if tokens % block:
+        p.error(
+            f"--batch x --seq-len (the token count each converted Linear sees) must be a multiple of {block} for "
+            f"the {args.recipe} run, got {args.batch}x{args.seq_len} = {tokens} (or pass --bf16-only)"
+        )
+    return "mxfp8" if recipe.format == "mxfp8" else "fp8bw"
+
+
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device]:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=VERSIONS, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -413,6 +435,12 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
     p.add_argument("--tolerance", type=float, default=0.01, help="allowed relative gap of the last-50 mean losses")
     p.add_argument("--tiny", action="store_true", help="a few small steps (the CPU smoke test)")
     p.add_argument("--bf16-only", action="store_true", help="run the baseline only (no mxq needed)")
+    p.add_argument(
+        "--recipe",
+        default="mxfp8_rceil",
+        help="mxq's recipe for the converted run (a name in mxq.config.RECIPES; default mxfp8_rceil; fp8_blockwise: "
+        "Hopper's native FP8 GEMMs, which need --batch x --seq-len a multiple of 128)",
+    )
     args = p.parse_args(argv)
 
     for key, value in PRESETS["tiny" if args.tiny else "default"].items():
@@ -427,15 +455,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
         p.error("--tolerance must be non-negative")
     if args.seq_len > MAX_SEQ_LEN:
         p.error(f"--seq-len must be at most {MAX_SEQ_LEN} (the debug model's RoPE length), got {args.seq_len}")
-    tokens = args.batch * args.seq_len
-    if not args.bf16_only and tokens % BLOCK:
-        # Every converted Linear (attention, shared experts, the dense feed-forward, lm_head) sees all the step's
-        # tokens as its M dimension, which MXFP8 quantizes in blocks of 32 along M (for the weight gradient) and
-        # mxq does not pad: mxq.nn.MXFP8Linear raises at the first call otherwise.
-        p.error(
-            f"--batch x --seq-len (the token count each converted Linear sees) must be a multiple of {BLOCK} for "
-            f"the MXFP8 run, got {args.batch}x{args.seq_len} = {tokens} (or pass --bf16-only)"
-        )
+    args.label = None if args.bf16_only else check_recipe(p, args)
 
     try:
         device = torch.device(args.device)
@@ -467,6 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     tt = load_torchtitan()
     # Before any training, so that a missing mxq stops the script at once.
     converter_module = None if args.bf16_only else import_converter_module()
+    label = args.label
     autocast = args.precision == "bf16"
     base = args.precision  # the baseline run's label: "bf16" (or "fp32" on a CPU)
 
@@ -505,7 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     summary_text, counts, converter_config = None, None, None
     if converter_module is not None:
         # The converter as a TorchTitan trainer config lists it: in the model registry's converters.
-        converter_config = converter_module.MXQConverter.Config()
+        converter_config = converter_module.MXQConverter.Config(recipe=args.recipe)
         model, _ = build_model(model_spec(tt, converters=[converter_config]), device, args.seed)
         load_initial_state(model, initial_state)
         summary = converter_module.last_summary
@@ -513,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = {"converted": len(summary.converted), "skipped": len(summary.skipped)}
         print(f"converter: {converter_config}")
         print(summary_text)
-        runs["mxfp8"] = train("mxfp8", model, tt.MoE, data, args, device, autocast, (base, runs[base].losses))
+        runs[label] = train(label, model, tt.MoE, data, args, device, autocast, (base, runs[base].losses))
         del model
 
     window = min(WINDOW, args.steps)
@@ -541,22 +562,23 @@ def main(argv: list[str] | None = None) -> int:
     status = 0
     for name, run in runs.items():
         print(f"[{name:>5}] last-{window} mean loss {run.final_mean_loss:.4f}, {run.tokens_per_s:,.0f} tokens/s")
-    if "mxfp8" in runs:
+    if label in runs:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             result["versions"]["mxq"] = importlib.metadata.version("mxq")
-        ratio = runs["mxfp8"].final_mean_loss / runs[base].final_mean_loss
+        ratio = runs[label].final_mean_loss / runs[base].final_mean_loss
         ok = abs(ratio - 1) <= args.tolerance
         status = 0 if ok else 1
         result.update(
             converter=repr(converter_config),
             conversion_summary=summary_text,
             conversion_counts=counts,
-            ratio_mxfp8_over_baseline=ratio,
+            recipe=args.recipe,
+            **{f"ratio_{label}_over_baseline": ratio},
             tolerance=args.tolerance,
             within_tolerance=ok,
         )
         print(
-            f"last-{window} mean loss ratio mxfp8/{base} {ratio:.4f} "
+            f"last-{window} mean loss ratio {label}/{base} {ratio:.4f} "
             f"({'within' if ok else 'NOT within'} {args.tolerance:.1%})"
         )
 

@@ -43,13 +43,15 @@ def _run(args, cwd, code=None, timeout=600):
             ["--tiny", "--seq-len", "33"],
             (
                 "--batch x --seq-len (the token count each converted Linear sees) must be a multiple of 32 for the "
-                "MXFP8 run, got 1x33 = 33 (or pass --bf16-only)"
+                "mxfp8_rceil run, got 1x33 = 33 (or pass --bf16-only)"
             ),
         ),
         (
             ["--batch", "3", "--seq-len", "50"],
-            "must be a multiple of 32 for the MXFP8 run, got 3x50 = 150",
+            "must be a multiple of 32 for the mxfp8_rceil run, got 3x50 = 150",
         ),
+        (["--tiny", "--recipe", "fp8_blockwise"], "must be a multiple of 128 for the fp8_blockwise run, got 1x64 = 64"),
+        (["--tiny", "--recipe", "fp16"], "--recipe must be one of mxfp8_rceil, mxfp8_floor, mxfp8_rceil_1x32, fp8_"),
         (["--seq-len", "20000"], "--seq-len must be at most 16384 (the debug model's RoPE length), got 20000"),
     ],
 )
