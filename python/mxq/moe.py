@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ._gemm import (
+    BLOCK,
     MXGemm,
     check_float_tensor,
     check_multiple,
@@ -112,7 +113,7 @@ def bf16_grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
     return zero_tail(y, offs_p).index_select(0, dest).to(out_dtype)
 
 
-def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor, block: int = 32) -> None:
+def _check_grouped_args(owner: str, x: Tensor, w: Tensor, offs: Tensor, block: int = BLOCK) -> None:
     check_float_tensor(owner, "x", x)
     check_float_tensor(owner, "w", w)
     check_type(owner, "offs", offs, Tensor)

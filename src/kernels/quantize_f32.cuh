@@ -38,6 +38,21 @@ __device__ __forceinline__ uint8_t quantize_block_f32(const uint32_t (&v)[kBlock
   return bs.s;
 }
 
+// The rowwise pass's read: piece `blk` (32 values, C::kChunksPerBlock swizzled chunks) of staged row
+// `row`, as 32 fp32 bit patterns.
+template <class C>
+__device__ __forceinline__ void load_f32_piece(const uint4 (&tile)[C::kRows][C::kChunksPerRow],
+                                               int row, int blk, uint32_t (&b)[kPiece]) {
+#pragma unroll
+  for (int i = 0; i < C::kChunksPerBlock; ++i) {
+    const uint4 c = tile[row][f32_chunk(row, blk * C::kChunksPerBlock + i)];
+    b[4 * i] = c.x;
+    b[4 * i + 1] = c.y;
+    b[4 * i + 2] = c.z;
+    b[4 * i + 3] = c.w;
+  }
+}
+
 // ---- load ---- of C::kRows tile rows from row mh of x (h_rows of them inside x; rows past them
 // stage zeros): warp w issues the cp.async copies of rows 8w..8w+7, one whole tile row per
 // instruction. Routed: each row from its source row; lane l holds the entry of the warp's row l % 8
@@ -122,14 +137,7 @@ __device__ __forceinline__ void tile_f32_body(const Params& p) {
     const int row = warp * C::kLoads + lane / 4;
     const int blk = lane % 4;
     uint32_t b[kBlock];
-#pragma unroll
-    for (int i = 0; i < C::kChunksPerBlock; ++i) {
-      const uint4 c = tile[row][f32_chunk(row, blk * C::kChunksPerBlock + i)];
-      b[4 * i] = c.x;
-      b[4 * i + 1] = c.y;
-      b[4 * i + 2] = c.z;
-      b[4 * i + 3] = c.w;
-    }
+    load_f32_piece<C>(tile, row, blk, b);
     uint4 q[2];
     const uint8_t s = quantize_block_f32<kMode>(b, q);
     const int pair = blk & ~1;
@@ -208,14 +216,7 @@ __device__ __forceinline__ void tile_f32_blockwise_body(const Params& p) {
     const int row = warp * C::kLoads + lane / 4;
     const int blk = lane % 4;
     uint32_t b[kPiece];
-#pragma unroll
-    for (int i = 0; i < C::kChunksPerBlock; ++i) {
-      const uint4 c = tile[row][f32_chunk(row, blk * C::kChunksPerBlock + i)];
-      b[4 * i] = c.x;
-      b[4 * i + 1] = c.y;
-      b[4 * i + 2] = c.z;
-      b[4 * i + 3] = c.w;
-    }
+    load_f32_piece<C>(tile, row, blk, b);
     uint4 q[2];
     const float d = blockwise_piece_f32<kMode>(b, q);
     const int pair = blk & ~1;

@@ -88,10 +88,21 @@ def quantize(x: Tensor, scaling_mode: str = "fp32") -> tuple[Tensor, Tensor, Ten
     return q_row.reshape(M, K).view(e4m3), _outer_major(d_row), q_col, _outer_major(d_col)
 
 
+def values(q: Tensor, d: Tensor) -> Tensor:
+    """fp32 (rows, cols) = fl32(e4m3(q) * d) with d the (rows, cols/128) factors of 1x128 blocks (on q's device)."""
+    return q.float() * d.float().repeat_interleave(BLOCK, dim=1)
+
+
+def tile_values(q: Tensor, d: Tensor) -> Tensor:
+    """fp32 (rows, cols) = fl32(e4m3(q) * d) with d the factors of 128x128 tiles, (rows/128, >= cols/128) (a weight's
+    per-expert matrix, its padding columns ignored)."""
+    tiles = d[:, : q.shape[1] // BLOCK].float()
+    return q.float() * tiles.repeat_interleave(BLOCK, dim=0).repeat_interleave(BLOCK, dim=1)
+
+
 def dequantize(q: Tensor, d: Tensor) -> Tensor:
     """bf16 (rows, cols) = bf16(fl32(e4m3(q) * d)) with d the (rows, cols/128) factors."""
-    qf = q.detach().cpu().contiguous().view(torch.float8_e4m3fn).float()
-    return (qf * d.detach().cpu().float().repeat_interleave(BLOCK, dim=1)).bfloat16()
+    return values(q.detach().cpu().contiguous().view(torch.float8_e4m3fn), d.detach().cpu()).bfloat16()
 
 
 def quantize_weight(w: Tensor, scaling_mode: str = "fp32") -> tuple[Tensor, Tensor, Tensor, Tensor]:

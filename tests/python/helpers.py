@@ -126,6 +126,15 @@ def assert_bf16_equal_nan_canonical(a: torch.Tensor, b: torch.Tensor, name: str)
     assert_bytes_equal(torch.where(nan, 0, a), torch.where(nan, 0, b), name)
 
 
+def assert_gemm_close(got: torch.Tensor, expected: torch.Tensor, what: str, floor: float) -> None:
+    """``got`` equals the fp32 GEMM ``expected`` within accumulation order and the bf16 rounding of the output:
+    |got - expected| <= 2^-7 |expected| + floor * max |expected|, element by element."""
+    got, expected = got.float().cpu(), expected.float().cpu()
+    tol = 2**-7 * expected.abs() + floor * expected.abs().max()
+    bad = (got - expected).abs() > tol
+    assert not bool(bad.any()), f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance"
+
+
 def sqnr(ref: torch.Tensor, out: torch.Tensor) -> float:
     """20·log10(‖ref‖ / ‖ref − out‖) in dB."""
     ref, out = ref.detach().float(), out.detach().float()
@@ -298,3 +307,23 @@ def assert_graph_replay_matches_eager(loss_of, eager, graphed, data, lr: float) 
     assert losses_g == pytest.approx(losses_e, rel=1e-2), (losses_g, losses_e)
     for p, q in zip(_parameters(graphed), _parameters(eager)):
         torch.testing.assert_close(p, q, rtol=1e-2, atol=1e-3)
+
+
+def composed_moe(x, scores, expert_ids, w1, w2, w3, config):
+    """An MoE layer from today's separate pieces, what mxq.TokenDispatcher must equal bitwise: sort by expert, gather
+    x[index], mxq.grouped_mm for each expert GEMM (it pads each group to the format's block and unpads), the gate
+    score multiply rounded to bf16, a deterministic scatter-add; in x's dtype."""
+    import torch.nn.functional as F
+    from mxq import grouped_mm
+
+    k = expert_ids.shape[1]
+    flat = expert_ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    index = order // k
+    s = scores.reshape(-1).float()[order]
+    offs = torch.bincount(flat, minlength=w1.shape[0]).cumsum(0).to(torch.int32)
+    xr = x.to(torch.bfloat16)[index]
+    h = F.silu(grouped_mm(xr, w1, offs, config=config)) * grouped_mm(xr, w3, offs, config=config)
+    y = grouped_mm(h, w2, offs, config=config)
+    y_scaled = (y.float() * s.unsqueeze(1)).to(torch.bfloat16)
+    return y_scaled.new_zeros(x.shape[0], y.shape[1]).index_put_((index,), y_scaled, accumulate=True).to(x.dtype)

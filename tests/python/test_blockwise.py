@@ -17,6 +17,7 @@ import torch
 from helpers import (
     DEVICES,
     assert_bf16_equal_nan_canonical,
+    assert_gemm_close,
     assert_outputs_equal,
     make_offs,
     raises,
@@ -778,23 +779,6 @@ def _scaled_mm(a, b, scale_a, scale_b, recipe_b):
     return F.scaled_mm(a, b, scale_a, F.ScalingType.BlockWise1x128, scale_b, recipe_b, output_dtype=torch.bfloat16)
 
 
-def _check_gemm(got, expected, what):
-    """The fp32 matmul of the dequantized operands, within accumulation and bf16 output rounding."""
-    got = got.float().cpu()
-    expected = expected.cpu()
-    tol = 2**-7 * expected.abs() + 1e-3 * expected.abs().max()
-    bad = (got - expected).abs() > tol
-    assert not bool(bad.any()), f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance"
-
-
-def _deq(q, d, axis_block_rows):
-    """fp32 of q (rows, cols) with factors d: (rows, cols/128) per row, or (rows/128, cols/128) tiles."""
-    qf = q.float()
-    if axis_block_rows:
-        return qf * d.float().repeat_interleave(128, 0).repeat_interleave(128, 1)
-    return qf * d.float().repeat_interleave(128, 1)
-
-
 @requires_sm90
 @pytest.mark.parametrize(
     "MNK", [(256, 384, 512), (512, 2048, 7168), (384, 640, 896)], ids=lambda s: "x".join(map(str, s))
@@ -812,14 +796,14 @@ def test_scaled_mm_forward_dgrad_wgrad(MNK):
     tile = F.ScalingType.BlockWise128x128
     # forward: a = q_row (M, K) with s_row (M, K/128) strides (1, M); b = w's q_row.t() (K, N) with s_row.t()
     y = _scaled_mm(qx.q_row, qw.q_row.t(), qx.s_row, qw.s_row.t(), tile)
-    wf = _deq(qw.q_row, qw.s_row[:, : K // 128], True)
-    _check_gemm(y, _deq(qx.q_row, qx.s_row, False) @ wf.t(), "forward")
+    wf = bref.tile_values(qw.q_row, qw.s_row)
+    assert_gemm_close(y, bref.values(qx.q_row, qx.s_row) @ wf.t(), "forward", 1e-3)
     # dgrad: a = dy's q_row (M, N); b = w's q_col (N, K) column-major with s_col.t()
     dx = _scaled_mm(qdy.q_row, qw.q_col, qdy.s_row, qw.s_col.t(), tile)
-    _check_gemm(dx, _deq(qdy.q_row, qdy.s_row, False) @ wf, "dgrad")
+    assert_gemm_close(dx, bref.values(qdy.q_row, qdy.s_row) @ wf, "dgrad", 1e-3)
     # wgrad: a = dy's q_col.t() (N, M) with s_col (N, M/128) strides (1, N); b = x's q_col (M, K) column-major with
     # s_col (K, M/128) strides (1, K)
     dW = _scaled_mm(qdy.q_col.t(), qx.q_col, qdy.s_col, qx.s_col, F.ScalingType.BlockWise1x128)
-    a = _deq(qdy.q_col.t(), qdy.s_col, False)  # (N, M)
-    b = _deq(qx.q_col.t(), qx.s_col, False)  # (K, M)
-    _check_gemm(dW, a @ b.t(), "wgrad")
+    a = bref.values(qdy.q_col.t(), qdy.s_col)  # (N, M)
+    b = bref.values(qx.q_col.t(), qx.s_col)  # (K, M)
+    assert_gemm_close(dW, a @ b.t(), "wgrad", 1e-3)

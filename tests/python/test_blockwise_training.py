@@ -18,8 +18,7 @@ import math
 import blockwise_reference as bref
 import mxq
 import torch
-import torch.nn.functional as F
-from helpers import DEVICES, sqnr
+from helpers import DEVICES, assert_gemm_close, composed_moe, sqnr
 from mxq import MXFP8Config, MXFP8Linear
 from torch import nn
 
@@ -60,36 +59,17 @@ def test_recipe_fields_and_per_format_choices():
 # ---- the emulation, from the spec ----
 
 
-def _f32(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """fp32 of e4m3 q (rows, cols) with one factor per 1x128 block along cols: d (rows, cols/128)."""
-    return q.float() * d.float().repeat_interleave(128, 1)
-
-
-def _tiles_f32(q: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    """fp32 of e4m3 q (rows, cols) with one factor per 128x128 tile: d (rows/128, >= cols/128)."""
-    cols = q.shape[1] // 128
-    return q.float() * d[:, :cols].float().repeat_interleave(128, 0).repeat_interleave(128, 1)
-
-
 def emulated_linear(x, w, dy, mode="fp32"):
     """(y, dx, dW) of y = x Wᵀ with every GEMM operand quantized by the from-spec quantizer."""
     qx, sx, qx_col, sx_col = bref.quantize(x, mode)
     qw, sw, _, _ = bref.quantize_weight(w, mode)
     qdy, sdy, qdy_col, sdy_col = bref.quantize(dy, mode)
-    wf = _tiles_f32(qw, sw)  # (N, K): the same tiles and bytes serve forward and dgrad
-    y = _f32(qx, sx) @ wf.t()
-    dx = _f32(qdy, sdy) @ wf
+    wf = bref.tile_values(qw, sw)  # (N, K): the same tiles and bytes serve forward and dgrad
+    y = bref.values(qx, sx) @ wf.t()
+    dx = bref.values(qdy, sdy) @ wf
     # wgrad: 128x1 blocks along the tokens; q_col (M, N) views the (N, M) array, factors (N, M/128)
-    dw = _f32(qdy_col.t(), sdy_col) @ _f32(qx_col.t(), sx_col).t()
+    dw = bref.values(qdy_col.t(), sdy_col) @ bref.values(qx_col.t(), sx_col).t()
     return y.bfloat16(), dx.bfloat16(), dw.bfloat16()
-
-
-def assert_gemm_close(got: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """Equal to the fp32 emulation within fp32 accumulation order and the bf16 rounding of the output."""
-    got, expected = got.float().cpu(), expected.float().cpu()
-    tol = 2**-7 * expected.abs() + 1e-4 * expected.abs().max()
-    bad = (got - expected).abs() > tol
-    assert not bool(bad.any()), f"{what}: {int(bad.sum())} of {bad.numel()} outside tolerance"
 
 
 def _setup(device, M, K, N, seed=0):
@@ -120,7 +100,7 @@ def test_linear_equals_the_emulation_from_the_spec(MKN, mode, device):
     got = _run(config, x, w, dy)
     for name, g, e in zip(("y", "dx", "dW"), got, emulated_linear(x, w, dy, mode)):
         assert g.dtype == torch.bfloat16 and g.shape == e.shape, name
-        assert_gemm_close(g, e, name)
+        assert_gemm_close(g, e, name, 1e-4)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -202,11 +182,11 @@ def emulated_grouped(x, w, dy, ends, mode="fp32"):
     qx, sx, qx_col, sx_col = bref.quantize(xp, mode)
     qdy, sdy, qdy_col, sdy_col = bref.quantize(dyp, mode)
     qw, sw, _, _ = bref.quantize_weight(w, mode)
-    xf, dyf = _f32(qx, sx), _f32(qdy, sdy)  # (Mp, K), (Mp, N): rowwise
-    xcf, dycf = _f32(qx_col.t(), sx_col), _f32(qdy_col.t(), sdy_col)  # (K, Mp), (N, Mp): colwise
+    xf, dyf = bref.values(qx, sx), bref.values(qdy, sdy)  # (Mp, K), (Mp, N): rowwise
+    xcf, dycf = bref.values(qx_col.t(), sx_col), bref.values(qdy_col.t(), sdy_col)  # (K, Mp), (N, Mp): colwise
     y, dx, dw = torch.zeros(M, N), torch.zeros(M, K), torch.zeros(G, N, K)
     for g, (s, n, p) in enumerate(zip(starts, sizes, padded_starts)):
-        wf = _tiles_f32(qw[g], sw[g])  # (N, K)
+        wf = bref.tile_values(qw[g], sw[g])  # (N, K)
         y[s : s + n] = xf[p : p + n] @ wf.t()
         dx[s : s + n] = dyf[p : p + n] @ wf
         dw[g] = dycf[:, p : p + n] @ xcf[:, p : p + n].t()
@@ -234,7 +214,7 @@ def test_grouped_mm_equals_the_emulation_from_the_spec(mode, device):
     got = _run_grouped(config, x.to(device), w.to(device), dy.to(device), offs.to(device))
     for name, gt, e in zip(("y", "dx", "dW"), got, emulated_grouped(x, w, dy, ends, mode)):
         assert gt.dtype == torch.bfloat16 and gt.shape == e.shape, name
-        assert_gemm_close(gt, e, name)
+        assert_gemm_close(gt, e, name, 1e-4)
     assert not got[0][-tail:].any() and not got[1][-tail:].any() and not got[2][1].any()  # tail, the empty group
 
 
@@ -255,21 +235,6 @@ def test_grouped_experts_bars_against_bf16(device):
         outs.append((y.detach(), xg.grad, m.w1.grad, m.w2.grad))
     for name, e, g in zip(("y", "dx", "dw1", "dw2"), *outs):  # MXFP8's bar for SwiGLU: three GEMMs in a row
         assert sqnr(e.float(), g.float()) >= 20, name
-
-
-def composed_moe(x, scores, expert_ids, w1, w2, w3, config):
-    """The MoE layer from separate pieces: sort by expert, gather x[index], mxq.grouped_mm per expert GEMM (it pads
-    each group to 128 and unpads), the gate-score multiply rounded to bf16, a deterministic scatter-add."""
-    k = expert_ids.shape[1]
-    flat = expert_ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    index, s = order // k, scores.reshape(-1).float()[order]
-    offs = torch.bincount(flat, minlength=w1.shape[0]).cumsum(0).to(torch.int32)
-    xr = x.to(torch.bfloat16)[index]
-    h = F.silu(mxq.grouped_mm(xr, w1, offs, config=config)) * mxq.grouped_mm(xr, w3, offs, config=config)
-    y = mxq.grouped_mm(h, w2, offs, config=config)
-    y_scaled = (y.float() * s.unsqueeze(1)).to(torch.bfloat16)
-    return y_scaled.new_zeros(x.shape[0], y.shape[1]).index_put_((index,), y_scaled, accumulate=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -311,7 +276,7 @@ def test_native_equals_emulated(MKN):
     native = _run(RECIPE, x, w, dy)
     emulated = _run(dataclasses.replace(RECIPE, gemm="emulated"), x, w, dy)
     for name, n, e in zip(("y", "dx", "dW"), native, emulated):
-        assert_gemm_close(n, e, name)
+        assert_gemm_close(n, e, name, 1e-4)
 
 
 @requires_sm90
@@ -326,7 +291,7 @@ def test_grouped_native_equals_emulated():
     native = _run_grouped(RECIPE, x, w, dy, offs)
     emulated = _run_grouped(dataclasses.replace(RECIPE, gemm="emulated"), x, w, dy, offs)
     for name, n, e in zip(("y", "dx", "dW"), native, emulated):
-        assert_gemm_close(n, e, name)
+        assert_gemm_close(n, e, name, 1e-4)
 
 
 @requires_sm90

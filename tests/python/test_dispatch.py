@@ -17,8 +17,7 @@ import mxq
 import mxq.dispatch
 import torch
 import torch._inductor.config as inductor_config
-import torch.nn.functional as F
-from helpers import DEVICES, assert_graph_replay_matches_eager, assert_outputs_equal, requires_cuda
+from helpers import DEVICES, assert_graph_replay_matches_eager, assert_outputs_equal, composed_moe, requires_cuda
 from mxq import MXFP8Config, TokenDispatcher, grouped_mm
 from mxq.dispatch import quantize_routed_composed
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -57,22 +56,6 @@ def _weights(device, seed=1):
     w2 = torch.randn(E, D, H, generator=g) / math.sqrt(H)
     w3 = torch.randn(E, H, D, generator=g) / math.sqrt(D)
     return [w.to(device) for w in (w1, w2, w3)]
-
-
-def composed_moe(x, scores, expert_ids, w1, w2, w3, config):
-    """The composed path, written with today's pieces: sort by expert, gather x[index], mxq.grouped_mm for each expert
-    GEMM (it pads to 32 and unpads), the gate score multiply rounded to bf16, a deterministic scatter-add."""
-    k = expert_ids.shape[1]
-    flat = expert_ids.reshape(-1)
-    order = torch.argsort(flat, stable=True)
-    index = order // k
-    s = scores.reshape(-1).float()[order]
-    offs = torch.bincount(flat, minlength=w1.shape[0]).cumsum(0).to(torch.int32)
-    xr = x.to(torch.bfloat16)[index]
-    h = F.silu(grouped_mm(xr, w1, offs, config=config)) * grouped_mm(xr, w3, offs, config=config)
-    y = grouped_mm(h, w2, offs, config=config)
-    y_scaled = (y.float() * s.unsqueeze(1)).to(torch.bfloat16)
-    return y_scaled.new_zeros(x.shape[0], y.shape[1]).index_put_((index,), y_scaled, accumulate=True).to(x.dtype)
 
 
 def dispatcher_moe(dispatcher):

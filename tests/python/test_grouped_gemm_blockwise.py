@@ -10,6 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import blockwise_reference as bref
 import mxq
 from helpers import make_offs, raises, requires_cuda, stable_seed
 
@@ -20,22 +21,6 @@ GROUPINGS = ["m_grouped", "k_grouped"]
 # ---- the emulation, from the spec ----
 
 
-def _expand(factors: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """(rows/r, cols/c) factors of (r, c) blocks, one per element of (rows, cols)."""
-    return factors.repeat_interleave(rows // factors.shape[0], 0).repeat_interleave(cols // factors.shape[1], 1)
-
-
-def dequantize_1x128(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """q (R, C) e4m3 with factors s (R, C/128): value = e4m3 * factor in fp32 (§13.3)."""
-    return q.float() * _expand(s, *q.shape)
-
-
-def dequantize_tiles(q: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    """q (G, N, K) e4m3 with 128x128 tile factors s (G, N/128, roundup(K/128, 4)) (§13.4)."""
-    G, N, K = q.shape
-    return torch.stack([q[g].float() * _expand(s[g, :, : K // BLOCK], N, K) for g in range(G)])
-
-
 def groups(offs: torch.Tensor) -> list[tuple[int, int]]:
     ends = offs.tolist()
     return list(zip([0] + ends[:-1], ends))
@@ -44,12 +29,12 @@ def groups(offs: torch.Tensor) -> list[tuple[int, int]]:
 def emulate(grouping, a, a_scale, b, b_scale, offs) -> torch.Tensor:
     """The grouped GEMM on dequantized operands: fp32 matmul per group, rounded to bf16."""
     if grouping == "m_grouped":
-        A, B = dequantize_1x128(a, a_scale), dequantize_tiles(b, b_scale)
+        A, B = bref.values(a, a_scale), torch.stack([bref.tile_values(b[g], b_scale[g]) for g in range(b.shape[0])])
         out = torch.zeros(A.shape[0], B.shape[1], dtype=torch.bfloat16)
         for g, (s, e) in enumerate(groups(offs)):
             out[s:e] = (A[s:e] @ B[g].T).bfloat16()
         return out
-    A, B = dequantize_1x128(a, a_scale), dequantize_1x128(b, b_scale)  # (N, M), (K, M)
+    A, B = bref.values(a, a_scale), bref.values(b, b_scale)  # (N, M), (K, M)
     return torch.stack([(A[:, s:e] @ B[:, s:e].T).bfloat16() for s, e in groups(offs)])
 
 
