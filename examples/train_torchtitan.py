@@ -66,10 +66,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-FLAVOR = "debugmodel"
+# TorchTitan 0.3.0's deepseek_v3 flavors this script trains, each with the layers it keeps by default (None: all).
+# 16B's 27 layers (15.7B parameters; fp32 weights, gradients and AdamW state take 16 bytes each) do not fit one GPU;
+# its first 4 (1 dense, 3 MoE, at the flavor's full widths: 2.25B parameters, ~36 GB of that state) do.
+FLAVORS: dict[str, int | None] = {"debugmodel": None, "16B": 4}
 TORCHTITAN = "0.3.0"  # the release this script was written against (any 0.3.x is taken)
 CONVERTER_MODULE = "mxq.integrations.torchtitan"  # its MXQConverter.Config goes in a model registry's converters
-MAX_SEQ_LEN = 4096 * 4  # the debug model's RoPE length (torchtitan 0.3.0's deepseek_v3 debugmodel)
+MAX_SEQ_LEN = 4096 * 4  # the flavors' RoPE length (torchtitan 0.3.0's deepseek_v3 debugmodel and 16B)
 VERSIONS = """versions: torchtitan 0.3.x only; torch >= 2.11 (2.11: a placeholder for DataParallelMeshDims).
 Both runs use the script's causal-SDPA inner attention (TorchTitan 0.3's flex/varlen attention cannot train on a
 CPU or on torch 2.11): on CUDA both train (MXFP8 emulated below SM100); on a CPU both train too (--tiny: about a minute on 2 cores)."""
@@ -79,6 +82,7 @@ TIMING_SKIP = 10  # tokens/s is the median step time after the first TIMING_SKIP
 # Per-run settings: the defaults, and --tiny's (a CPU smoke test). Explicit flags override either.
 PRESETS: dict[str, dict[str, int]] = {
     "default": {"steps": 300, "batch": 8, "seq_len": 512, "log_every": 25, "warmup": 20},
+    "16B": {"steps": 150, "batch": 4, "seq_len": 2048, "log_every": 10, "warmup": 20},
     "tiny": {"steps": 4, "batch": 1, "seq_len": 64, "log_every": 1, "warmup": 1},
 }
 
@@ -217,10 +221,12 @@ def make_batches(
 # ---- the model, built as TorchTitan's trainer builds it ----
 
 
-def model_spec(tt: types.SimpleNamespace, converters: list[Any]) -> Any:
-    """TorchTitan's model spec for the DeepSeek-V3 debug model, with ``converters`` (model-config converters, as a
-    TorchTitan trainer config lists them) applied to its model config."""
-    return tt.deepseek_v3.model_registry(FLAVOR, attn_backend="flex", converters=converters or None)
+def model_spec(tt: types.SimpleNamespace, args: argparse.Namespace, converters: list[Any]) -> Any:
+    """TorchTitan's model spec for DeepSeek-V3's ``--flavor``, with ``converters`` (model-config converters, as a
+    TorchTitan trainer config lists them) applied to its model config, cut to its first ``--layers`` layers."""
+    spec = tt.deepseek_v3.model_registry(args.flavor, attn_backend="flex", converters=converters or None)
+    spec.model.layers = spec.model.layers[: args.layers]
+    return spec
 
 
 def build_model(spec: Any, device: torch.device, seed: int) -> tuple[nn.Module, int]:
@@ -352,7 +358,7 @@ def train(
     )
 
 
-def write_plot(path: str, runs: dict[str, RunResult], chance: float, floor: float) -> bool:
+def write_plot(path: str, title: str, runs: dict[str, RunResult], chance: float, floor: float) -> bool:
     try:
         import matplotlib
 
@@ -370,7 +376,7 @@ def write_plot(path: str, runs: dict[str, RunResult], chance: float, floor: floa
     ax.axhline(floor, color="black", ls="--", lw=0.8, label=f"entropy floor = {floor:.2f}")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title(f"TorchTitan DeepSeek-V3 {FLAVOR}: {' vs '.join(runs)}")
+    ax.set_title(f"TorchTitan DeepSeek-V3 {title}: {' vs '.join(runs)}")
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -408,11 +414,32 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], epilog=VERSIONS, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    d, tiny = PRESETS["default"], PRESETS["tiny"]
-    p.add_argument("--steps", type=int, help=f"training steps per run (default {d['steps']}; --tiny {tiny['steps']})")
-    p.add_argument("--batch", type=int, help=f"sequences per step (default {d['batch']}; --tiny {tiny['batch']})")
+    d, tiny, big = PRESETS["default"], PRESETS["tiny"], PRESETS["16B"]
     p.add_argument(
-        "--seq-len", type=int, help=f"tokens per sequence (default {d['seq_len']}; --tiny {tiny['seq_len']})"
+        "--flavor",
+        choices=tuple(FLAVORS),
+        default="debugmodel",
+        help="TorchTitan's deepseek_v3 flavor (default debugmodel; 16B: its widths, cut to --layers, for speed)",
+    )
+    p.add_argument(
+        "--layers",
+        type=int,
+        help="keep the flavor's first N layers (1 dense, N-1 MoE; default all of debugmodel's, 4 of 16B's)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        help=f"training steps per run (default {d['steps']}; 16B {big['steps']}; --tiny {tiny['steps']})",
+    )
+    p.add_argument(
+        "--batch",
+        type=int,
+        help=f"sequences per step (default {d['batch']}; 16B {big['batch']}; --tiny {tiny['batch']})",
+    )
+    p.add_argument(
+        "--seq-len",
+        type=int,
+        help=f"tokens per sequence (default {d['seq_len']}; 16B {big['seq_len']}; --tiny {tiny['seq_len']})",
     )
     p.add_argument("--warmup", type=int, help=f"linear warm-up steps (default {d['warmup']}; --tiny {tiny['warmup']})")
     p.add_argument(
@@ -443,7 +470,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
     )
     args = p.parse_args(argv)
 
-    for key, value in PRESETS["tiny" if args.tiny else "default"].items():
+    preset = "tiny" if args.tiny else args.flavor if args.flavor in PRESETS else "default"
+    for key, value in PRESETS[preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     for key, low in (("steps", 1), ("batch", 1), ("seq_len", 2), ("log_every", 1), ("warmup", 0)):
@@ -454,7 +482,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
     if not args.tolerance >= 0:
         p.error("--tolerance must be non-negative")
     if args.seq_len > MAX_SEQ_LEN:
-        p.error(f"--seq-len must be at most {MAX_SEQ_LEN} (the debug model's RoPE length), got {args.seq_len}")
+        p.error(f"--seq-len must be at most {MAX_SEQ_LEN} (the flavors' RoPE length), got {args.seq_len}")
+    if args.layers is None:
+        args.layers = FLAVORS[args.flavor]
+    elif args.layers < 2:
+        p.error("--layers must be at least 2 (the first layer is dense, the MoE layers follow)")
     args.label = None if args.bf16_only else check_recipe(p, args)
 
     try:
@@ -496,11 +528,12 @@ def main(argv: list[str] | None = None) -> int:
     if tt.mesh_dims_placeholder:
         print("torch.distributed.fsdp.DataParallelMeshDims is missing (torch < 2.12): a placeholder stands in")
 
-    spec = model_spec(tt, converters=[])
+    spec = model_spec(tt, args, converters=[])
+    title = f"{args.flavor} ({len(spec.model.layers)} layers)"
     vocab = spec.model.vocab_size
     attention = "causal SDPA (in place of TorchTitan's flex attention)"
     print(
-        f"model: deepseek_v3 {FLAVOR}, attention {attention}, experts torch._grouped_mm (bf16), "
+        f"model: deepseek_v3 {title}, dim {spec.model.dim}, vocab {spec.model.vocab_size}, attention {attention}, experts torch._grouped_mm (bf16), "
         f"compute {'bf16 autocast, fp32 weights' if autocast else 'fp32'}"
     )
 
@@ -527,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     if converter_module is not None:
         # The converter as a TorchTitan trainer config lists it: in the model registry's converters.
         converter_config = converter_module.MXQConverter.Config(recipe=args.recipe)
-        model, _ = build_model(model_spec(tt, converters=[converter_config]), device, args.seed)
+        model, _ = build_model(model_spec(tt, args, converters=[converter_config]), device, args.seed)
         load_initial_state(model, initial_state)
         summary = converter_module.last_summary
         summary_text = str(summary)
@@ -542,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
         "args": vars(args),
         "model": {
             "name": "deepseek_v3",
-            "flavor": FLAVOR,
+            "flavor": args.flavor,
             "dim": spec.model.dim,
             "vocab": vocab,
             "layers": len(spec.model.layers),
@@ -566,6 +599,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             result["versions"]["mxq"] = importlib.metadata.version("mxq")
         ratio = runs[label].final_mean_loss / runs[base].final_mean_loss
+        speed = runs[label].tokens_per_s / runs[base].tokens_per_s
         ok = abs(ratio - 1) <= args.tolerance
         status = 0 if ok else 1
         result.update(
@@ -573,20 +607,20 @@ def main(argv: list[str] | None = None) -> int:
             conversion_summary=summary_text,
             conversion_counts=counts,
             recipe=args.recipe,
-            **{f"ratio_{label}_over_baseline": ratio},
+            **{f"ratio_{label}_over_baseline": ratio, f"tokens_per_s_{label}_over_baseline": speed},
             tolerance=args.tolerance,
             within_tolerance=ok,
         )
         print(
             f"last-{window} mean loss ratio {label}/{base} {ratio:.4f} "
-            f"({'within' if ok else 'NOT within'} {args.tolerance:.1%})"
+            f"({'within' if ok else 'NOT within'} {args.tolerance:.1%}); tokens/s {label}/{base} {speed:.3f}x"
         )
 
     json_path = os.path.join(args.out_dir, "results.json")
     with open(json_path, "w") as f:
         json.dump(result, f, indent=1)
     png_path = os.path.join(args.out_dir, "losses.png")
-    plotted = write_plot(png_path, runs, chance, floor)
+    plotted = write_plot(png_path, title, runs, chance, floor)
     print(f"wrote {json_path}" + (f" and {png_path}" if plotted else ""))
     return status
 
