@@ -3,6 +3,7 @@
     python examples/train_moe.py                       # defaults: 300 steps, CUDA if present, ./train_moe_out
     python examples/train_moe.py --steps 500 --device cuda --out-dir /tmp/moe --seed 1
     python examples/train_moe.py --tiny --steps 5 --device cpu   # the smoke-test config (seconds on a CPU)
+    python examples/train_moe.py --recipe fp8_blockwise          # Run 2 in FP8 blockwise (Hopper's native recipe)
 
 The model: token + position embeddings, ``Config.layers`` pre-norm transformer blocks (causal attention, then a
 feed-forward that is dense — Linear, GELU, Linear — in even blocks and a mixture of experts in odd ones), a final
@@ -10,9 +11,9 @@ norm and an LM head. A MoE feed-forward has a router (nn.Linear to the expert co
 gate weights, a Switch-style load-balancing loss) and SwiGLU experts (mxq.GroupedExperts, the expert-module interface
 of docs/training.md). In bf16 the (token, choice) pairs are sorted by expert, the experts run on the routed rows
 (groups of any size) and the outputs are scaled by the gate weights and scatter-added to their tokens. Once the
-experts are MXFP8 (after mxq.nn.convert), the same steps run through mxq.TokenDispatcher: dispatch quantizes the
-routed tokens once on both axes (gather, pad to 32 and quantize in one pass), the experts' GEMMs read those operands,
-and the combine's backward quantizes the score-weighted output gradient in one pass.
+experts are converted (mxq.nn.convert), the same steps run through mxq.TokenDispatcher: dispatch quantizes the
+routed tokens once on both axes (gather, pad to the format's block and quantize in one pass), the experts' GEMMs read
+those operands, and the combine's backward quantizes the score-weighted output gradient in one pass.
 
 The data: a synthetic language the example generates — each sequence draws one of ``Config.topics`` hidden topics, and
 every topic is a sparse random Markov chain over the vocabulary (each token has a few likely successors). The
@@ -20,18 +21,23 @@ model must learn the transition tables and infer the topic from the context; the
 towards the chain's entropy. Both runs see the same batches in the same order and start from the same weights
 (same seed).
 
-Run 1: the model as built (bf16 autocast, fp32 master weights). Run 2: the same model after ``mxq.nn.convert``:
-every nn.Linear with 32-multiple dims becomes MXFP8Linear and the experts MXFP8GroupedExperts (32x32 weight tiles,
-fused activation casts, RCEIL), dispatched by mxq.TokenDispatcher (``--routed-quantization``: the fused one-pass op,
-or the composed gather + pad + quantize); the
-router (out_features = expert count) is skipped, as the summary shows. Below
-SM100 (e.g. an H200) the MXFP8 GEMMs are emulated (mxq dequantizes the MXFP8 operands and runs bf16 GEMMs), so the
-run measures MXFP8 numerics, not MXFP8 speed.
+Run 1: the model as built (bf16 autocast, fp32 master weights). Run 2: the same model after ``mxq.nn.convert``
+with the recipe ``--recipe`` (a name in ``mxq.config.RECIPES``; default mxfp8_rceil: 32x32 weight tiles, fused
+activation casts, RCEIL): every nn.Linear becomes MXFP8Linear and the experts MXFP8GroupedExperts, dispatched by
+mxq.TokenDispatcher (``--routed-quantization``: the fused one-pass op, or the composed gather + pad + quantize); the
+router (out_features = expert count) is skipped, as the summary shows. The run is labelled by its format: "mxfp8",
+or "fp8bw" for FP8 blockwise (``--recipe fp8_blockwise``: 1x128 activation blocks, 128x128 weight tiles). The
+config's widths and token count must be multiples of the format's block (32, FP8 blockwise 128; both configs are),
+checked before any training. The GEMMs run natively where the device has the format's (MXFP8: SM100+; FP8
+blockwise: SM90, cuBLASLt dense and mxq's CUTLASS grouped GEMM); elsewhere (MXFP8 below SM100, e.g. an H200; a CPU)
+they are emulated — mxq dequantizes the operands and runs high-precision GEMMs — so the run measures the format's
+numerics, not its speed.
 
 Output: a progress line every ``--log-every`` steps (step, loss, tokens/s), ``losses.png`` (both curves; skipped
 with a message when matplotlib is missing) and ``results.json`` (per-step losses, tokens/s, the config, the
-conversion summary, the mean loss over the last 50 steps of each run and their ratio) in ``--out-dir``. Exit
-status 1 when the MXFP8 run's last-50 mean loss is not within ``--tolerance`` (default 1%) of bf16's, else 0.
+conversion summary, the mean loss over the last 50 steps of each run and their ratio, the tokens/s ratio) in
+``--out-dir``. Exit status 1 when the converted run's last-50 mean loss is not within ``--tolerance`` (default 1%) of
+bf16's, 2 for arguments it cannot run (checked before any work), else 0.
 """
 
 from __future__ import annotations
@@ -48,9 +54,11 @@ import time
 import mxq
 import torch
 import torch.nn.functional as F
+from mxq._gemm import NATIVE_GEMMS, grouped_gemm_path, use_native_gemm
 from torch import nn
 
 WINDOW = 50  # the final mean loss is over the last WINDOW steps (all steps when there are fewer)
+FORMAT_NAMES = {"mxfp8": "MXFP8", "fp8_blockwise": "FP8 blockwise"}  # per recipe format, for the output
 
 
 @dataclasses.dataclass
@@ -72,15 +80,16 @@ class Config:
     aux_loss: float = 0.01
 
 
+# Every width and the token count (batch x seq_len) are multiples of 128, FP8 blockwise's block (MXFP8's is 32).
 TINY = Config(
-    vocab=64,
-    dim=64,
+    vocab=128,
+    dim=128,
     heads=2,
     layers=2,
-    dense_hidden=128,
+    dense_hidden=256,
     experts=4,
     top_k=2,
-    expert_hidden=64,
+    expert_hidden=128,
     seq_len=64,
     batch=4,
     topics=2,
@@ -156,7 +165,7 @@ class DenseFFN(nn.Module):
 
 
 class MoEFFN(nn.Module):
-    """Top-k router + grouped SwiGLU experts; MXFP8 experts are dispatched by mxq.TokenDispatcher."""
+    """Top-k router + grouped SwiGLU experts; converted experts are dispatched by mxq.TokenDispatcher."""
 
     routed_quantization = "fused"  # mxq.TokenDispatcher's routed quantization (main() sets it from the command line)
 
@@ -178,8 +187,9 @@ class MoEFFN(nn.Module):
 
         config = getattr(self.experts, "mxfp8_config", None)
         if config is not None:
-            # MXFP8 experts: the routed tokens are gathered, padded to 32 per expert and quantized in one pass; the
-            # experts' GEMMs read those operands; the combine applies the gates and scatter-adds to the tokens.
+            # Converted experts: the routed tokens are gathered, padded to the format's block per expert and
+            # quantized in one pass; the experts' GEMMs read those operands; the combine applies the gates and
+            # scatter-adds to the tokens.
             d = mxq.TokenDispatcher(E, config=config, routed_quantization=self.routed_quantization)
             y = d.experts(d.dispatch(x, gate, choice), self.experts)
         else:
@@ -281,7 +291,7 @@ def train(name: str, model: nn.Module, data: torch.Tensor, cfg: Config, args, de
     }
 
 
-def write_plot(path: str, runs: dict, chance: float, floor: float) -> bool:
+def write_plot(path: str, title: str, runs: dict, chance: float, floor: float) -> bool:
     try:
         import matplotlib
 
@@ -301,13 +311,36 @@ def write_plot(path: str, runs: dict, chance: float, floor: float) -> bool:
     ax.axhline(floor, color="black", ls="--", lw=0.8, label=f"chain entropy = {floor:.2f}")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title("Tiny MoE transformer: bf16 vs MXFP8 (mxq)")
+    ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return True
+
+
+def check_recipe(p: argparse.ArgumentParser, args: argparse.Namespace, cfg: Config) -> tuple[mxq.MXFP8Config, str]:
+    """--recipe's config and the converted run's label ("mxfp8", or "fp8bw" for FP8 blockwise), after checking
+    ``cfg`` against the recipe's block (MXFP8: 32; FP8 blockwise: 128): mxq.nn.convert skips a Linear or the experts
+    whose widths are not multiples of it (the run would not be the recipe's), and every converted Linear sees the
+    step's tokens as its M, quantized in blocks along M for the weight gradient, which mxq does not pad."""
+    recipe = mxq.config.RECIPES[args.recipe]
+    block = mxq.ops.FORMAT_BLOCK[recipe.format]
+    dims = {
+        "dim": cfg.dim,
+        "dense_hidden": cfg.dense_hidden,
+        "expert_hidden": cfg.expert_hidden,
+        "vocab": cfg.vocab,
+        "batch x seq_len": cfg.batch * cfg.seq_len,
+    }
+    bad = [f"{name} = {value}" for name, value in dims.items() if value % block]
+    if bad:
+        p.error(
+            f"--recipe {args.recipe} needs the model's widths and token count to be multiples of {block}; the "
+            f"{'TINY' if args.tiny else 'default'} config (Config in {os.path.basename(__file__)}) has {', '.join(bad)}"
+        )
+    return recipe, "mxfp8" if recipe.format == "mxfp8" else "fp8bw"
 
 
 def main(argv=None) -> int:
@@ -319,6 +352,13 @@ def main(argv=None) -> int:
     p.add_argument("--log-every", type=int, default=25, help="print a progress line every N steps")
     p.add_argument("--tolerance", type=float, default=0.01, help="allowed relative gap of the final mean losses")
     p.add_argument("--tiny", action="store_true", help="a tiny config (the CPU smoke test)")
+    p.add_argument(
+        "--recipe",
+        choices=tuple(mxq.config.RECIPES),
+        default="mxfp8_rceil",
+        help="mxq's recipe for the converted run (default mxfp8_rceil; fp8_blockwise: Hopper's native FP8 GEMMs on "
+        "SM90, emulated elsewhere)",
+    )
     p.add_argument(
         "--routed-quantization",
         choices=mxq.dispatch.ROUTED_QUANTIZATIONS,
@@ -347,6 +387,7 @@ def main(argv=None) -> int:
     except OSError as e:
         p.error(f"--out-dir {args.out_dir!r} is not a writable directory: {e.strerror}")
     cfg = TINY if args.tiny else Config()
+    recipe, label = check_recipe(p, args, cfg)
     routed = args.routed_quantization
     MoEFFN.routed_quantization = routed
     if device.type == "cpu" and not args.tiny:
@@ -365,27 +406,29 @@ def main(argv=None) -> int:
     else:
         print()
     print(f"config: {dataclasses.asdict(cfg)}")
+    native = use_native_gemm("train_moe.py", recipe, device)
     print(
-        f"MXFP8 GEMMs on this device: linear {'native' if mxq.linear.native_mx_gemm(device) else 'emulated'}, "
-        f"grouped {mxq.moe.grouped_gemm_path(device, mxq.linear.native_mx_gemm(device))}; routed quantization {routed}"
+        f"{FORMAT_NAMES[recipe.format]} GEMMs on this device (recipe {args.recipe}): "
+        f"linear {'native' if native else 'emulated'}, grouped {grouped_gemm_path(device, native, recipe.format)}, "
+        f"routed quantization {routed}" + ("" if native else f"; native GEMMs need {NATIVE_GEMMS[recipe.format][1]}")
     )
     data = make_batches(cfg, args.steps, args.seed)
     chance, floor = math.log(cfg.vocab), language_entropy(cfg, args.seed)
     print(f"data: {args.steps} batches of {cfg.batch}x{cfg.seq_len} tokens; chance {chance:.3f}, entropy {floor:.3f}")
 
     runs, summary = {}, None
-    for name in ("bf16", "mxfp8"):
+    for name in ("bf16", label):
         torch.manual_seed(args.seed)
         model = TinyMoETransformer(cfg).to(device)
-        if name == "mxfp8":
-            # The default recipe, mxq.MXFP8Config(): 32x32 weight tiles, fused activation casts, RCEIL scales.
-            summary = mxq.nn.convert(model)
+        if name == label:
+            summary = mxq.nn.convert(model, config=recipe)
             print(summary)
         runs[name] = train(name, model, data, cfg, args, device)
         del model
 
-    bf, mx = runs["bf16"]["final_mean_loss"], runs["mxfp8"]["final_mean_loss"]
+    bf, mx = runs["bf16"]["final_mean_loss"], runs[label]["final_mean_loss"]
     ratio = mx / bf
+    speed = runs[label]["tokens_per_s"] / runs["bf16"]["tokens_per_s"]
     ok = abs(ratio - 1) <= args.tolerance
     window = min(WINDOW, args.steps)
     result = {
@@ -401,11 +444,13 @@ def main(argv=None) -> int:
             "converted": [c._asdict() for c in summary.converted],
             "skipped": [s._asdict() for s in summary.skipped],
         },
-        "bf16": runs["bf16"],
-        "mxfp8": runs["mxfp8"],
+        "recipe": args.recipe,
+        "label": label,
+        **runs,
         "final_mean_loss_bf16": bf,
-        "final_mean_loss_mxfp8": mx,
-        "ratio_mxfp8_over_bf16": ratio,
+        f"final_mean_loss_{label}": mx,
+        f"ratio_{label}_over_bf16": ratio,
+        f"tokens_per_s_{label}_over_bf16": speed,
         "tolerance": args.tolerance,
         "within_tolerance": ok,
     }
@@ -413,11 +458,13 @@ def main(argv=None) -> int:
     with open(json_path, "w") as f:
         json.dump(result, f, indent=1)
     png_path = os.path.join(args.out_dir, "losses.png")
-    plotted = write_plot(png_path, runs, chance, floor)
+    title = f"Tiny MoE transformer: bf16 vs {FORMAT_NAMES[recipe.format]} (mxq, {args.recipe})"
+    plotted = write_plot(png_path, title, runs, chance, floor)
     print(
-        f"final mean loss over the last {window} steps: bf16 {bf:.4f}, mxfp8 {mx:.4f}, ratio {ratio:.4f} "
+        f"final mean loss over the last {window} steps: bf16 {bf:.4f}, {label} {mx:.4f}, ratio {ratio:.4f} "
         f"({'within' if ok else 'NOT within'} {args.tolerance:.0%}); "
-        f"tokens/s bf16 {runs['bf16']['tokens_per_s']:,.0f}, mxfp8 {runs['mxfp8']['tokens_per_s']:,.0f}"
+        f"tokens/s bf16 {runs['bf16']['tokens_per_s']:,.0f}, {label} {runs[label]['tokens_per_s']:,.0f}, "
+        f"ratio {label}/bf16 {speed:.3f}x"
     )
     print(f"wrote {json_path}" + (f" and {png_path}" if plotted else ""))
     return 0 if ok else 1

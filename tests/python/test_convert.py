@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("torch", reason="PyTorch is not installed; the mxq Python tests need it")
 
 import copy
+import dataclasses
 import importlib.util
 import json
 import os
@@ -426,13 +427,19 @@ def test_converted_model_trains(device):
     assert losses[-1] < 0.5 * losses[0], losses
 
 
-def test_train_moe_example_language_is_a_function_of_the_seed(monkeypatch):
-    """The example's synthetic language (hence its batches and the entropy floor it prints) depends on --seed alone,
-    not on the global RNG: two calls with one seed agree whatever the global state, and another seed differs."""
+def _train_moe_module(monkeypatch):
+    """examples/train_moe.py imported as a module (its main not run)."""
     spec = importlib.util.spec_from_file_location("train_moe", os.path.join(REPO, "examples", "train_moe.py"))
     example = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "train_moe", example)  # its dataclasses look their module up there
     spec.loader.exec_module(example)
+    return example
+
+
+def test_train_moe_example_language_is_a_function_of_the_seed(monkeypatch):
+    """The example's synthetic language (hence its batches and the entropy floor it prints) depends on --seed alone,
+    not on the global RNG: two calls with one seed agree whatever the global state, and another seed differs."""
+    example = _train_moe_module(monkeypatch)
     cfg = example.TINY
     torch.manual_seed(1)
     a, _ = example.make_language(cfg, 0)
@@ -444,23 +451,42 @@ def test_train_moe_example_language_is_a_function_of_the_seed(monkeypatch):
     torch.testing.assert_close(a[..., -1], torch.ones_like(a[..., -1]))  # each row a distribution
 
 
-def test_train_moe_example_cpu_smoke(tmp_path):
-    """examples/train_moe.py, tiny config, 5 steps per run on the CPU: both runs, the JSON, exit status 0."""
+@pytest.mark.parametrize(("recipe", "label"), [("mxfp8_rceil", "mxfp8"), ("fp8_blockwise", "fp8bw")])
+def test_train_moe_example_cpu_smoke(tmp_path, recipe, label):
+    """examples/train_moe.py, tiny config, 5 steps per run on the CPU in each format: both runs (the converted one
+    labelled by its format), the JSON, exit status 0."""
     script = os.path.join(REPO, "examples", "train_moe.py")
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (os.path.dirname(os.path.dirname(mxq.__file__)), env.get("PYTHONPATH")) if p
     )
     cmd = [sys.executable, script, "--tiny", "--steps", "5", "--device", "cpu", "--out-dir", str(tmp_path)]
-    cmd += ["--log-every", "1", "--tolerance", "0.05"]
+    cmd += ["--log-every", "1", "--tolerance", "0.05", "--recipe", recipe]
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "[bf16] step     5/5" in proc.stdout and "[mxfp8] step     5/5" in proc.stdout
+    assert "[bf16] step     5/5" in proc.stdout and f"[{label}] step     5/5" in proc.stdout
     result = json.loads((tmp_path / "results.json").read_text())
-    assert len(result["bf16"]["losses"]) == len(result["mxfp8"]["losses"]) == 5
-    assert result["within_tolerance"] and abs(result["ratio_mxfp8_over_bf16"] - 1) <= 0.05
+    assert result["recipe"] == recipe and result["label"] == label
+    assert len(result["bf16"]["losses"]) == len(result[label]["losses"]) == 5
+    assert result["within_tolerance"] and abs(result[f"ratio_{label}_over_bf16"] - 1) <= 0.05
+    assert result[f"tokens_per_s_{label}_over_bf16"] > 0
     assert {c["name"] for c in result["conversion"]["converted"]} >= {"head", "blocks.1.ffn.experts"}
     assert {s["name"] for s in result["conversion"]["skipped"]} == {"blocks.1.ffn.router"}
+
+
+def test_train_moe_example_checks_the_recipe_block(monkeypatch, capsys, tmp_path):
+    """A width that is not a multiple of the recipe's block is an argument error (exit 2) naming it, before any
+    training: 64 fits MXFP8's 32 but not FP8 blockwise's 128."""
+    example = _train_moe_module(monkeypatch)
+    monkeypatch.setattr(example, "TINY", dataclasses.replace(example.TINY, dim=64))
+    with pytest.raises(SystemExit) as e:
+        example.main(
+            ["--tiny", "--steps", "1", "--device", "cpu", "--recipe", "fp8_blockwise", "--out-dir", str(tmp_path)]
+        )
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "multiples of 128" in err and "dim = 64" in err
+    assert not list(tmp_path.iterdir())  # nothing written
 
 
 def test_multihead_attention_out_proj_is_skipped():
