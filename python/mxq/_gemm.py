@@ -422,10 +422,23 @@ def blockwise_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, tiles: bool, 
     (1, P)). ``path="scaled_mm"``: F.scaled_mm (cuBLASLt, SM90) on the factors where quantize wrote them. Else
     emulated: each operand dequantized in fp32 (e4m3 · factor), an fp32 matmul, rounded to bf16 once."""
     if path == "scaled_mm":
-        F = torch.nn.functional
-        recipe_b = F.ScalingType.BlockWise128x128 if tiles else F.ScalingType.BlockWise1x128
+        # F.scaled_mm's op, called as the aten op: torch.compile traces it (torch 2.11's dynamo refuses the Python
+        # binding F.scaled_mm calls). Its recipes as F.ScalingType's values; no swizzle, no bias, no fast accumulation.
+        blockwise = torch.nn.functional.ScalingType
+        recipe_b = blockwise.BlockWise128x128 if tiles else blockwise.BlockWise1x128
         scale_b = sb.t() if tiles else sb  # (C/128 padded, P/128) or (P, C/128) as cuBLASLt takes them
-        return F.scaled_mm(qa, qb.t(), sa, F.ScalingType.BlockWise1x128, scale_b, recipe_b, output_dtype=torch.bfloat16)
+        return torch.ops.aten._scaled_mm_v2.default(
+            qa,
+            qb.t(),
+            [sa],
+            [blockwise.BlockWise1x128.value],
+            [],
+            [scale_b],
+            [recipe_b.value],
+            [],
+            None,
+            torch.bfloat16,
+        )
     n, C = ops.FORMAT_BLOCK["fp8_blockwise"], qa.shape[1]
     a = qa.float() * sa.float().repeat_interleave(n, 1)
     if tiles:
