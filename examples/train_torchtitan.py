@@ -91,6 +91,9 @@ PRESETS: dict[str, dict[str, int]] = {
 class LanguageSpec:
     topics: int = 4
     successors: int = 4  # likely next tokens per (topic, token)
+    # The language uses the first max_vocab token ids of a larger vocabulary (16B's 102400): its successor draw is
+    # (topics, V, V) random numbers, 42 G of them at V = 102400.
+    max_vocab: int = 4096
 
 
 @dataclasses.dataclass
@@ -185,10 +188,10 @@ def use_causal_sdpa(model: nn.Module) -> int:
 
 
 def make_language(vocab: int, spec: LanguageSpec, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(successor ids (topics, V, S), their CDFs (topics, V, S), the entropy of each row in nats (topics, V)), a
-    function of ``seed`` alone."""
+    """(successor ids (topics, V, S), their CDFs (topics, V, S), the entropy of each row in nats (topics, V)) over
+    the first V = min(vocab, spec.max_vocab) token ids, a function of ``seed`` alone."""
     g = torch.Generator().manual_seed(seed + 1000)
-    t, s = spec.topics, spec.successors
+    t, s, vocab = spec.topics, spec.successors, min(vocab, spec.max_vocab)
     succ = torch.rand(t, vocab, vocab, generator=g).topk(s, dim=-1).indices  # s distinct ids per row
     # Dirichlet(1, ..., 1) weights: i.i.d. Exp(1) draws, normalized (torch.distributions takes no generator).
     w = torch.empty(t, vocab, s).exponential_(generator=g)
@@ -208,7 +211,7 @@ def make_batches(
     n = steps * batch
     topic = torch.randint(0, spec.topics, (n,), generator=g)
     seq = torch.empty(n, seq_len + 1, dtype=torch.int64)
-    seq[:, 0] = torch.randint(0, vocab, (n,), generator=g)
+    seq[:, 0] = torch.randint(0, succ.shape[1], (n,), generator=g)
     for i in range(1, seq_len + 1):
         prev = seq[:, i - 1]
         u = torch.rand(n, 1, generator=g)
@@ -225,6 +228,8 @@ def model_spec(tt: types.SimpleNamespace, args: argparse.Namespace, converters: 
     """TorchTitan's model spec for DeepSeek-V3's ``--flavor``, with ``converters`` (model-config converters, as a
     TorchTitan trainer config lists them) applied to its model config, cut to its first ``--layers`` layers."""
     spec = tt.deepseek_v3.model_registry(args.flavor, attn_backend="flex", converters=converters or None)
+    if args.layers is not None and args.layers > len(spec.model.layers):
+        sys.exit(f"--layers {args.layers}: the {args.flavor} flavor has {len(spec.model.layers)} layers")
     spec.model.layers = spec.model.layers[: args.layers]
     return spec
 
@@ -542,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     chance = math.log(vocab)
     print(
         f"data: {args.steps} batches of {args.batch}x{args.seq_len} tokens, {language.topics} topics x "
-        f"{language.successors} successors per token; chance ln(V) {chance:.3f}, entropy floor {floor:.3f} nats"
+        f"{language.successors} successors per token over ids 0..{min(vocab, language.max_vocab) - 1}; chance ln(V) "
+        f"{chance:.3f}, entropy floor {floor:.3f} nats"
     )
 
     runs: dict[str, RunResult] = {}

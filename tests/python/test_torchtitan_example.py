@@ -52,7 +52,10 @@ def _run(args, cwd, code=None, timeout=600):
         ),
         (["--tiny", "--recipe", "fp8_blockwise"], "must be a multiple of 128 for the fp8_blockwise run, got 1x64 = 64"),
         (["--tiny", "--recipe", "fp16"], "--recipe must be one of mxfp8_rceil, mxfp8_floor, mxfp8_rceil_1x32, fp8_"),
-        (["--seq-len", "20000"], "--seq-len must be at most 16384 (the debug model's RoPE length), got 20000"),
+        (["--seq-len", "20000"], "--seq-len must be at most 16384 (the flavors' RoPE length), got 20000"),
+        (["--flavor", "16B", "--layers", "1"], "--layers must be at least 2 (the first layer is dense"),
+        (["--flavor", "16B", "--recipe", "fp8_blockwise", "--seq-len", "100"], "got 4x100 = 400"),  # 16B's batch 4
+        (["--flavor", "236B"], "argument --flavor: invalid choice: '236B'"),
     ],
 )
 def test_arguments_checked_before_any_work(tmp_path, args, message):
@@ -99,10 +102,13 @@ for name in [m for m in sys.modules if m.startswith("torchtitan")]:
 import train_torchtitan as ex
 tt = ex.load_torchtitan()
 assert tt.mesh_dims_placeholder and fsdp.DataParallelMeshDims.__name__ == "DataParallelMeshDims"
+import types
 import torch
-spec = ex.model_spec(tt, [])
+spec = ex.model_spec(tt, types.SimpleNamespace(flavor="debugmodel", layers=None), [])
 with torch.device("meta"):
     spec.model.build()
+cut = ex.model_spec(tt, types.SimpleNamespace(flavor="16B", layers=4), [])  # 16B's widths, its first 4 layers
+assert len(cut.model.layers) == 4 and cut.model.dim == 2048 and cut.model.vocab_size == 102400
 assert ex.install_mesh_dims_placeholder() is False  # the name is there now: nothing replaced
 print("ok")
 """
@@ -118,6 +124,18 @@ def _example(monkeypatch):
     monkeypatch.setitem(sys.modules, "train_torchtitan", example)  # its dataclasses look their module up there
     spec.loader.exec_module(example)
     return example
+
+
+def test_language_of_a_large_vocabulary_uses_its_first_ids(monkeypatch):
+    """16B's vocabulary (102400): the language draws over its first max_vocab ids (its (topics, V, V) draw would not
+    fit), the same language as a vocabulary of max_vocab ids; a small vocabulary (the debug model's) keeps its own."""
+    ex = _example(monkeypatch)
+    spec = ex.LanguageSpec()
+    big, floor = ex.make_batches(102400, spec, 2, 3, 64, seed=0)
+    same, same_floor = ex.make_batches(spec.max_vocab, spec, 2, 3, 64, seed=0)
+    assert torch.equal(big, same) and floor == same_floor and int(big.max()) < spec.max_vocab
+    small, _ = ex.make_batches(2048, spec, 2, 3, 64, seed=0)
+    assert int(small.max()) < 2048 and int(small.max()) > 1024
 
 
 @pytest.mark.skipif(
