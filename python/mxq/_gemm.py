@@ -537,6 +537,14 @@ class GemmPlan(NamedTuple):
     routed_quantization: str
     path: str
 
+    @property
+    def fills_every_row(self) -> bool:
+        """Whether the grouped GEMMs write every element of their output, so that no row map masks after them:
+        FP8 blockwise's do (mxq.ops.grouped_mm_fp8_blockwise and its per-group emulation: rows past offs[-1] and
+        empty groups' dW as +0; a padding row, all zero codes, gives +0 from an accumulator that starts at +0).
+        MXFP8's torch._scaled_grouped_mm / torch._grouped_mm leave those unwritten."""
+        return self.format == "fp8_blockwise"
+
 
 def gemm_plan(rows: str, config: MXFP8Config, path: str, routed_quantization: str = "fused") -> GemmPlan:
     return GemmPlan(
@@ -563,7 +571,7 @@ class RowMap:
         """The forward GEMM's A rows from the layer's input."""
         return x
 
-    def output(self, y: Tensor, rows, scores, num_tokens: int) -> tuple[Tensor, tuple]:
+    def output(self, y: Tensor, rows, scores, num_tokens: int, r: GemmPlan) -> tuple[Tensor, tuple]:
         """(the layer's output from the GEMM's y, what :meth:`d_scores` needs later)."""
         return y, ()
 
@@ -571,10 +579,10 @@ class RowMap:
         """dy's four operands (rowwise for dgrad, colwise for wgrad) from the layer's output gradient."""
         return dual_quantize(dy.to(torch.bfloat16).contiguous(), r.backend, r.scaling_mode, r.format, self.offs(rows))
 
-    def dx(self, dx: Tensor, rows) -> Tensor:
+    def dx(self, dx: Tensor, rows, r: GemmPlan) -> Tensor:
         return dx
 
-    def dw(self, dw: Tensor, rows) -> Tensor:
+    def dw(self, dw: Tensor, rows, r: GemmPlan) -> Tensor:
         return dw
 
     def d_scores(self, dout: Tensor, rows, saved: tuple):
@@ -591,17 +599,17 @@ class GroupedRows(RowMap):
     def gemm_rows(self, x, rows, Mp):
         return pad_rows(x, rows[1], Mp)
 
-    def output(self, y, rows, scores, num_tokens):
-        return zero_tail(y, rows[0]).index_select(0, rows[1]), ()
+    def output(self, y, rows, scores, num_tokens, r):
+        return (y if r.fills_every_row else zero_tail(y, rows[0])).index_select(0, rows[1]), ()
 
     def dy_operands(self, dy, rows, scores, Mp, r, need_dx, need_dw):
         return super().dy_operands(pad_rows(dy.to(torch.bfloat16), rows[1], Mp), rows, scores, Mp, r, need_dx, need_dw)
 
-    def dx(self, dx, rows):
-        return zero_tail(dx, rows[0]).index_select(0, rows[1])
+    def dx(self, dx, rows, r):
+        return (dx if r.fills_every_row else zero_tail(dx, rows[0])).index_select(0, rows[1])
 
-    def dw(self, dw, rows):
-        return zero_empty_groups(dw, rows[0])
+    def dw(self, dw, rows, r):
+        return dw if r.fills_every_row else zero_empty_groups(dw, rows[0])
 
 
 class PaddedRows(RowMap):
@@ -611,14 +619,14 @@ class PaddedRows(RowMap):
     def offs(self, rows):
         return rows[0]
 
-    def output(self, y, rows, scores, num_tokens):
-        return keep_rows(y, rows[1]), ()
+    def output(self, y, rows, scores, num_tokens, r):
+        return (y if r.fills_every_row else keep_rows(y, rows[1])), ()
 
-    def dx(self, dx, rows):
-        return keep_rows(dx, rows[1])
+    def dx(self, dx, rows, r):
+        return dx if r.fills_every_row else keep_rows(dx, rows[1])
 
-    def dw(self, dw, rows):
-        return zero_empty_groups(dw, rows[0])
+    def dw(self, dw, rows, r):
+        return dw if r.fills_every_row else zero_empty_groups(dw, rows[0])
 
 
 class CombineRows(PaddedRows):
@@ -626,9 +634,9 @@ class CombineRows(PaddedRows):
     y is scaled by its gate score (rounded to bf16) and scatter-added to its token; backward quantizes
     d(routed y) = ``(dout[index].float() * scores).to(bf16)`` in one routed pass, and d scores from the saved y."""
 
-    def output(self, y, rows, scores, num_tokens):
-        _, valid, dest, index, _ = rows
-        y_routed = keep_rows(y, valid).index_select(0, dest)  # (N, N_out)
+    def output(self, y, rows, scores, num_tokens, r):
+        _, _, dest, index, _ = rows
+        y_routed = y.index_select(0, dest)  # (N, N_out): the routed rows only, never a padding or tail row
         y_scaled = (y_routed.float() * scores.unsqueeze(1)).to(torch.bfloat16)
         # Out of place: with index_put_ here, torch 2.11's torch.compile traced backward with dout = zeros.
         out = y_scaled.new_zeros(num_tokens, y_scaled.shape[1]).index_put((index,), y_scaled, accumulate=True)
@@ -690,7 +698,7 @@ class MXGemm(torch.autograd.Function):
         w_saved = (q_w_col, s_w_col) if need_dx else ()
         with no_autocast(x.device.type):
             y = fwd_gemm(q_x, s_x, q_w, s_w, offs, r)
-        out, out_saved = row_map.output(y, rows, scores, num_tokens)
+        out, out_saved = row_map.output(y, rows, scores, num_tokens, r)
         scores_saved = (scores,) if scores is not None else ()
         groups = {"rows": rows, "scores": scores_saved, "out": out_saved if need_ds else (), "x": x_saved, "w": w_saved}
         ctx.save_for_backward(*(t for group in groups.values() for t in group))
@@ -715,10 +723,10 @@ class MXGemm(torch.autograd.Function):
             with no_autocast(dout.device.type):
                 if need_dx:
                     q_w_col, s_w_col = saved["w"]
-                    dx = row_map.dx(dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, r), rows)
+                    dx = row_map.dx(dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, r), rows, r)
                 if need_dw:
                     q_x_col, s_x_col = saved_colwise(saved["x"], r, offs)
-                    dw = row_map.dw(wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, r), rows)
+                    dw = row_map.dw(wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, r), rows, r)
         if need_ds:
             ds = row_map.d_scores(dout, rows, saved["out"])
         return dx, dw, ds, None, None, None, None, None
