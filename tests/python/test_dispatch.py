@@ -17,7 +17,7 @@ import mxq
 import mxq.dispatch
 import torch
 import torch._inductor.config as inductor_config
-from helpers import DEVICES, assert_graph_replay_matches_eager, assert_outputs_equal, composed_moe, requires_cuda
+from helpers import DEVICES, assert_moe_graph_step_matches_eager, assert_outputs_equal, composed_moe, requires_cuda
 from mxq import MXFP8Config, TokenDispatcher, grouped_mm
 from mxq.dispatch import quantize_routed_composed
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -279,20 +279,9 @@ def test_cuda_graph_training_step(routed):
     replayed on new tokens equals the same steps run eagerly: no host sync anywhere on the dispatcher's path."""
     if mxq.moe.grouped_gemm_path(torch.device("cuda")) == "emulated_per_group":
         pytest.skip("this device has no torch._grouped_mm kernel: the per-group fallback reads offs on the host")
-    torch.manual_seed(0)
-    router = torch.nn.Linear(D, E, bias=False, device="cuda")
-    base = _weights("cuda", seed=12)
-    d = TokenDispatcher(E, routed_quantization=routed)
-
-    def loss_of(ws, x, t):
-        scores, ids = router(x).float().softmax(-1).topk(TOP_K, dim=-1)
-        y = d.swiglu(d.dispatch(x, scores, ids), *ws)
-        return (y.float() - t).square().mean()
-
-    data = [(torch.randn(T, D, device="cuda"), torch.randn(T, D, device="cuda")) for _ in range(4)]
-    eager_ws = [w.clone().requires_grad_(True) for w in base]
-    graph_ws = [w.clone().requires_grad_(True) for w in base]
-    assert_graph_replay_matches_eager(loss_of, eager_ws, graph_ws, data, 0.5)
+    assert_moe_graph_step_matches_eager(
+        TokenDispatcher(E, routed_quantization=routed), _weights("cuda", seed=12), T, TOP_K
+    )
 
 
 def test_errors():
