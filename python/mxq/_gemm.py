@@ -424,14 +424,14 @@ def blockwise_gemm(qa: Tensor, sa: Tensor, qb: Tensor, sb: Tensor, tiles: bool, 
     if path == "scaled_mm":
         # F.scaled_mm's op, called as the aten op: torch.compile traces it (torch 2.11's dynamo refuses the Python
         # binding F.scaled_mm calls). Its recipes as F.ScalingType's values; no swizzle, no bias, no fast accumulation.
-        blockwise = torch.nn.functional.ScalingType
-        recipe_b = blockwise.BlockWise128x128 if tiles else blockwise.BlockWise1x128
+        scaling = torch.nn.functional.ScalingType
+        recipe_b = scaling.BlockWise128x128 if tiles else scaling.BlockWise1x128
         scale_b = sb.t() if tiles else sb  # (C/128 padded, P/128) or (P, C/128) as cuBLASLt takes them
         return torch.ops.aten._scaled_mm_v2.default(
             qa,
             qb.t(),
             [sa],
-            [blockwise.BlockWise1x128.value],
+            [scaling.BlockWise1x128.value],
             [],
             [scale_b],
             [recipe_b.value],
