@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import copy
 import ctypes
 import dataclasses
@@ -1225,26 +1226,30 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
     runs = {how: mxq.TokenDispatcher(E, config=config, routed_quantization=how) for how in ("fused", "composed")}
     runs["bf16"] = Bf16Dispatcher(E)
     samples, results = {how: [] for how in runs}, {}
-    for step in range(3 + a.rounds):
-        for how, d in runs.items():
-            for t in (x, scores, w1, w2, w3):
-                t.grad = None
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(STAGES) + 1)]
-            torch.cuda._sleep(HOST_LEAD_CYCLES)
-            ev[0].record()
-            routed = d.dispatch(x, scores, ids)
-            ev[1].record()
-            h = F.silu(d.grouped_mm(routed, w1)) * d.grouped_mm(routed, w3)
-            ev[2].record()
-            y = d.combine_mm(routed, h, w2)
-            ev[3].record()
-            y.backward(dout)
-            ev[4].record()
-            torch.cuda.synchronize()
-            if step >= 3:
-                samples[how].append([ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(len(STAGES))])
-            if step == 0 and how != "bf16":  # the first step's results of both dispatchers: bitwise equal?
-                results[how] = [y.detach(), x.grad, scores.grad, w1.grad, w2.grad, w3.grad]
+    # --reuse-weights: every step after the first reads the quantized weights the first step made (no optimizer
+    # step runs here, and the weights do not change), the cost per step of many microbatches per optimizer step.
+    reuse = mxq.reuse_quantized_weights() if a.reuse_weights else contextlib.nullcontext()
+    with reuse:
+        for step in range(3 + a.rounds):
+            for how, d in runs.items():
+                for t in (x, scores, w1, w2, w3):
+                    t.grad = None
+                ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(STAGES) + 1)]
+                torch.cuda._sleep(HOST_LEAD_CYCLES)
+                ev[0].record()
+                routed = d.dispatch(x, scores, ids)
+                ev[1].record()
+                h = F.silu(d.grouped_mm(routed, w1)) * d.grouped_mm(routed, w3)
+                ev[2].record()
+                y = d.combine_mm(routed, h, w2)
+                ev[3].record()
+                y.backward(dout)
+                ev[4].record()
+                torch.cuda.synchronize()
+                if step >= 3:
+                    samples[how].append([ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(len(STAGES))])
+                if step == 0 and how != "bf16":  # the first step's results of both dispatchers: bitwise equal?
+                    results[how] = [y.detach(), x.grad, scores.grad, w1.grad, w2.grad, w3.grad]
     same = all(torch.equal(p, q) for p, q in zip(results["fused"], results["composed"]))
     index, counts = route(ids.cpu(), E)
     index, counts, scale = index.cuda(), counts.cuda(), scores.detach().reshape(-1)[index.cuda()].float()
@@ -1276,6 +1281,7 @@ def run_moe_step(a, mxq) -> int:
     print(
         f"bench.py --moe-step on {gpu['name']}, torch {gpu['torch']}, mxq {commit()}: recipe {a.recipe} vs bf16, "
         f"median of {a.rounds} steps"
+        + (", expert weights quantized once for all steps (--reuse-weights)" if a.reuse_weights else "")
     )
     rows = [r for T, D, E, k, H in MOE_STEP_SHAPES for kind in ROUTINGS for r in moe_step(a, mxq, T, D, E, k, H, kind)]
     body = []
@@ -1289,7 +1295,7 @@ def run_moe_step(a, mxq) -> int:
     print("\n" + md_table(header + ["bitwise equal"], body))
     print("(stages: CUDA events between the eager calls; backward is the whole autograd backward; bf16: torch's layer)")
     method = {"rounds": a.rounds, "warmup_steps": 3, "seed": a.seed, "timing": "eager, CUDA events between stages"}
-    method["recipe"] = a.recipe
+    method["recipe"], method["reuse_weights"] = a.recipe, a.reuse_weights
     doc = {"schema": SCHEMA, "mode": "moe_step", "date": now(), "commit": commit(), "gpu": gpu, "method": method}
     write_outputs(doc | {"steps": rows}, json_path, None, None)
     return 0 if all(r["outputs_equal"] for r in rows) else 1
@@ -1483,6 +1489,12 @@ def parse_args(argv: list[str] | None):
     add("--moe-step", action="store_true", help="time an MoE layer step by stage, fused vs composed dispatch instead")
     add("--recipe", help="--moe-step's recipe (a name in mxq.config.RECIPES; default mxfp8_rceil)")
     add(
+        "--reuse-weights",
+        action="store_true",
+        help="--moe-step: the recipe's layers quantize each expert weight once for all steps "
+        "(mxq.reuse_quantized_weights: the gradient-accumulation limit, many microbatches per optimizer step)",
+    )
+    add(
         "--linear-step",
         action="store_true",
         help="time a Linear's fwd + bwd: FP8 blockwise vs bf16 and torchao instead (--shapes MxKxN,...)",
@@ -1502,8 +1514,8 @@ def parse_args(argv: list[str] | None):
         if values and not all(map(ok, values)):
             ap.error(f'--{name}: "{next(v for v in values if not ok(v))}" is not valid (see --help)')
         setattr(a, name, values)
-    if a.recipe is not None and not a.moe_step:
-        ap.error("--recipe is --moe-step's option")
+    if (a.recipe is not None or a.reuse_weights) and not a.moe_step:
+        ap.error("--recipe and --reuse-weights are --moe-step's options")
     a.recipe = a.recipe or "mxfp8_rceil"
     modes = a.eager + a.moe_step + a.linear_step
     if a.rounds < 1 or a.replays < 1 or a.seed < 0 or (a.plot and modes) or modes > 1:

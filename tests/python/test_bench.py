@@ -476,3 +476,7 @@ def test_moe_step_recipe_argument():
     assert bench.parse_args(["--moe-step", "--recipe", "fp8_blockwise"]).recipe == "fp8_blockwise"
     with pytest.raises(SystemExit):
         bench.parse_args(["--recipe", "fp8_blockwise"])  # --moe-step's option only
+    assert bench.parse_args(["--moe-step", "--reuse-weights"]).reuse_weights
+    assert not bench.parse_args(["--moe-step"]).reuse_weights
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--reuse-weights"])  # --moe-step's option only
