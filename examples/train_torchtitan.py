@@ -4,6 +4,7 @@ check that the two loss curves agree.
     python examples/train_torchtitan.py                          # 300 steps of 8x512 tokens, CUDA if present
     python examples/train_torchtitan.py --steps 500 --seed 1 --out-dir /tmp/tt
     python examples/train_torchtitan.py --tiny --device cpu --out-dir /tmp/tt_out   # CPU smoke test, both runs
+    python examples/train_torchtitan.py --recipe fp8_blockwise --flavor 16B    # the speed run on one GPU
 
 Versions: torchtitan 0.3.x only (``pip install torchtitan==0.3.0``, with what its model code imports:
 ``spmd_types==0.2.3 tyro docstring_parser dill tqdm typeguard``; scripts/test.sh installs the same). torch ≥ 2.11:
@@ -25,6 +26,11 @@ fp32 parameters, bf16 autocast (what ``training.mixed_precision_param`` does wit
 auxiliary-loss-free MoE load balancing (the expert-bias update TorchTitan runs before each optimizer step). On a
 CPU, bf16 autocast is off by default (``--precision auto``): CPUs without native bf16 GEMMs run them tens of times
 slower than fp32.
+
+``--flavor 16B`` builds the ``16B`` flavor instead, at its widths (dim 2048, 64 routed experts of 1408, top-6,
+vocab 102400) and cut to its first ``--layers`` layers: the default 4 (1 dense, 3 MoE, 2.25B parameters) fit one
+80 GB GPU with fp32 weights and AdamW. It is the speed run: its preset is 150 steps of 4x2048 tokens, and the
+tokens/s ratio is printed and stored.
 
 The two runs start from the same weights and see the same batches. Run 1: the model as TorchTitan builds it. Run 2:
 the model built with mxq's converter in the model registry's converters, as a TorchTitan trainer config lists it —
