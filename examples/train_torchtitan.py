@@ -1,5 +1,5 @@
-"""Train TorchTitan's DeepSeek-V3 debug model twice — bf16, then MXFP8 through the mxq TorchTitan converter — and
-check that the two loss curves agree.
+"""Train TorchTitan's DeepSeek-V3 (the debug model, or 16B's widths cut to a few layers) twice — bf16, then through
+the mxq TorchTitan converter — and check that the two loss curves agree.
 
     python examples/train_torchtitan.py                          # 300 steps of 8x512 tokens, CUDA if present
     python examples/train_torchtitan.py --steps 500 --seed 1 --out-dir /tmp/tt
