@@ -855,10 +855,9 @@ Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Te
                                 const Tensor& b_scale, const Tensor& offs,
                                 c10::string_view grouping_name) {
   constexpr const char* op = "mxq.grouped_mm_fp8_blockwise";
-  TORCH_CHECK_VALUE(grouping_name == "m_grouped" || grouping_name == "k_grouped", op,
-                    ": grouping must be \"m_grouped\" or \"k_grouped\", got \"", grouping_name,
-                    "\"");
-  const bool m_grouped = grouping_name == "m_grouped";
+  Grouping grouping{};
+  call_core(op, [&] { grouping = parse_grouping(std::string(grouping_name)); });
+  const bool m_grouped = grouping == Grouping::kMGrouped;
   for (const auto& [name, t] : {std::pair<const char*, const Tensor&>{"a", a}, {"b", b}}) {
     TORCH_CHECK_TYPE(t.scalar_type() == at::kFloat8_e4m3fn, op, ": ", name,
                      " must be torch.float8_e4m3fn, got ", torch_dtype(t.scalar_type()));
@@ -938,7 +937,7 @@ Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Te
   if (kMeta) return out;
 
   GroupedGemmParams p;
-  p.grouping = m_grouped ? Grouping::kMGrouped : Grouping::kKGrouped;
+  p.grouping = grouping;
   p.a = static_cast<const uint8_t*>(a.const_data_ptr());
   p.a_scale = a_scale.const_data_ptr<float>();
   p.b = static_cast<const uint8_t*>(b.const_data_ptr());

@@ -32,7 +32,7 @@ from . import ops
 from .config import MXFP8Config
 from .ops import MXTensors, RoutedMXTensors, check_type
 
-BLOCK = 32  # elements per scale block (docs/numerics.md §2)
+BLOCK = ops.FORMAT_BLOCK["mxfp8"]  # elements per MXFP8 scale block (docs/numerics.md §2)
 ATOM_ROWS, ATOM_COLS = 128, 4  # one 128x4 scale atom of the blocked layout (docs/numerics.md §5)
 
 

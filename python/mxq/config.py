@@ -8,8 +8,8 @@
 The recipe names its block format (``format``): "mxfp8" (e4m3 data, E8M0 scales per 32-element block) or
 "fp8_blockwise" (e4m3 data, an fp32 factor per 1x128 activation block and per 128x128 weight tile: Hopper's native
 recipe; ``MXFP8Config.recipe("fp8_blockwise")``) — another instance of this class, not a second config class. The
-fields whose choices depend on the format (``FORMAT_CHOICES``) default to None, which means the format's first
-choice, resolved when the object is made. Every field is checked then (frozen afterwards), so the layers and GEMM
+fields whose choices depend on the format (``FORMAT_CHOICES``) default to None, which means the format's default
+(``ops.FORMAT_DEFAULTS``), resolved when the object is made. Every field is checked then (frozen afterwards), so the layers and GEMM
 entry points that take it check nothing per call. Each op call still passes ``scaling_mode`` explicitly: nothing
 depends on an op's default.
 """
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
-from .ops import check_type
+from .ops import FORMAT_DEFAULTS, check_type
 
 # The choices of each field, first the default.
 CHOICES = {
@@ -40,7 +40,8 @@ CHOICES = {
     # + a GEMM) anywhere; "native" forced
     "gemm": ("auto", "emulated", "native"),
 }
-# Per format, the fields whose choices it narrows (first: what None resolves to).
+# Per format, the fields whose choices it narrows (a None weight_scaling / scaling_mode is the format's default,
+# ops.FORMAT_DEFAULTS).
 FORMAT_CHOICES = {
     "mxfp8": {"weight_scaling": ("32x32", "1x32"), "scaling_mode": ("rceil", "floor")},
     # the composed baseline has no FP8 blockwise kernels (its swizzle is MXFP8's blocked layout)
@@ -59,19 +60,19 @@ class MXFP8Config:
     not a str a TypeError, both raised here. ``format`` is keyword-only (the other fields keep their positions)."""
 
     format: str = field(default="mxfp8", kw_only=True)
-    weight_scaling: str | None = None  # the format's first (FORMAT_CHOICES)
+    weight_scaling: str | None = None  # the format's default (ops.FORMAT_DEFAULTS)
     activation_quantization_backend: str = "fused"
     x_colwise: str = "high_precision"
-    scaling_mode: str | None = None  # the format's first (FORMAT_CHOICES)
+    scaling_mode: str | None = None  # the format's default (ops.FORMAT_DEFAULTS)
     gemm: str = "auto"
 
     def __post_init__(self) -> None:
         owner = "mxq.MXFP8Config"
         check_choice(owner, "format", self.format, CHOICES["format"])
         narrowed = FORMAT_CHOICES[self.format]
-        for name, choices in narrowed.items():
+        for name, default in FORMAT_DEFAULTS[self.format].items():
             if getattr(self, name) is None:
-                object.__setattr__(self, name, choices[0])  # frozen: resolved once, here
+                object.__setattr__(self, name, default)  # frozen: resolved once, here
         for f in fields(self):
             check_choice(owner, f.name, getattr(self, f.name), CHOICES[f.name])
         for name, choices in narrowed.items():

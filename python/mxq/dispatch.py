@@ -296,8 +296,9 @@ class TokenDispatcher:
         owner = "mxq.TokenDispatcher.combine_mm"
         self._check_padded(owner, "h", h, routed)
         w_bf16, w_operands = self._weight(owner, w, h.shape[1])
-        if h.shape[1] % format_block(self.config):
-            raise ValueError(f"{owner}: h's width must be a multiple of {format_block(self.config)}, got {h.shape[1]}")
+        block = format_block(self.config)
+        if h.shape[1] % block:
+            raise ValueError(f"{owner}: h's width must be a multiple of {block}, got {h.shape[1]}")
         rows = (routed.offs_p, routed.valid, routed.dest, routed.index, routed.counts)
         sizes = (routed.valid.shape[0], routed.num_tokens)
         how = self._plan(owner, "combine", routed)

@@ -57,8 +57,11 @@ _KIND_NAMES = {Tensor: "a torch.Tensor", bool: "a bool", str: "a str", int: "an 
 # The block formats: each one's block (the ops' block_size), default scale rule and weight policy.
 FORMATS = ("mxfp8", "fp8_blockwise")
 FORMAT_BLOCK = {"mxfp8": 32, "fp8_blockwise": 128}  # elements per block along the quantized axis
-_DEFAULT_SCALING_MODE = {"mxfp8": "rceil", "fp8_blockwise": "fp32"}
-_DEFAULT_WEIGHT_SCALING = {"mxfp8": "32x32", "fp8_blockwise": "128x128"}
+# What a None scaling_mode / weight_scaling means per format, in the ops and in MXFP8Config alike.
+FORMAT_DEFAULTS = {
+    "mxfp8": {"scaling_mode": "rceil", "weight_scaling": "32x32"},
+    "fp8_blockwise": {"scaling_mode": "fp32", "weight_scaling": "128x128"},
+}
 
 
 def check_type(op: str, name: str, value, kind: type) -> None:
@@ -84,7 +87,7 @@ def check_format(op: str, format) -> None:
 def _scaling_mode(op: str, scaling_mode, format: str) -> str:
     """``scaling_mode``, or the format's default rule for None; TypeError for anything but a str or None."""
     if scaling_mode is None:
-        return _DEFAULT_SCALING_MODE[format]
+        return FORMAT_DEFAULTS[format]["scaling_mode"]
     check_type(op, "scaling_mode", scaling_mode, str)
     return scaling_mode
 
@@ -162,7 +165,7 @@ def quantize(
         check_format("mxq.quantize", format)
         _scaling_mode("mxq.quantize", scaling_mode, format)
     if scaling_mode is None:
-        scaling_mode = _DEFAULT_SCALING_MODE[format]
+        scaling_mode = FORMAT_DEFAULTS[format]["scaling_mode"]
     block = FORMAT_BLOCK[format]
     if out is not None:
         if backend != "fused":
@@ -358,7 +361,7 @@ def quantize_weight(
     check_types(op, ("w", w, Tensor))
     check_format(op, format)
     scaling_mode = _scaling_mode(op, scaling_mode, format)
-    weight_scaling = _DEFAULT_WEIGHT_SCALING[format] if weight_scaling is None else weight_scaling
+    weight_scaling = FORMAT_DEFAULTS[format]["weight_scaling"] if weight_scaling is None else weight_scaling
     check_types(op, ("weight_scaling", weight_scaling, str), ("rowwise", rowwise, bool), ("colwise", colwise, bool))
     q_row, s_row, q_col, s_col = _quantize_weight(w, scaling_mode, weight_scaling, rowwise, colwise, format)
     return MXTensors(

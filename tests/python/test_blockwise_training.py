@@ -34,7 +34,7 @@ requires_sm90 = pytest.mark.skipif(
 
 
 def test_recipe_fields_and_per_format_choices():
-    assert RECIPE == MXFP8Config(format="fp8_blockwise")  # None fields resolve to the format's first choice
+    assert RECIPE == MXFP8Config(format="fp8_blockwise")  # None fields resolve to the format's defaults
     assert (RECIPE.weight_scaling, RECIPE.scaling_mode, RECIPE.activation_quantization_backend) == (
         "128x128",
         "fp32",
