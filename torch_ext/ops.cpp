@@ -18,6 +18,10 @@
 //                           -> (q_row, s_row, q_col, s_col)   mxq::quantize_weight (expert weights)
 //   grouped_mm_fp8_blockwise(a, a_scale, b, b_scale, offs, grouping) -> bf16   mxq::grouped_gemm
 //                              (the MoE experts' FP8 blockwise GEMMs; CUDA: SM90 only)
+//   combine(y, dest, token_rows, scale) -> bf16 (T, D)             mxq::combine
+//   combine_score_grad(dout, y, dest, token_rows) -> fp32 (T, top_k) mxq::combine_score_grad
+//                              (the MoE layer's routed rows back to their tokens, and the gate
+//                              scores' gradient of that)
 // Every quantize op takes (Tensor x, int block_size=32, str scaling_mode="rceil", Tensor? offs,
 // str format="mxfp8"); every op names its block format last, "mxfp8" (the default, so calls
 // written before FP8 blockwise keep their meaning) or "fp8_blockwise" (block_size 128).
@@ -960,6 +964,103 @@ Tensor grouped_mm_fp8_blockwise(const Tensor& a, const Tensor& a_scale, const Te
   return out;
 }
 
+// ---- combine, combine_score_grad: the routed rows back to their tokens (docs/numerics.md §14) ----
+//
+// y (Mp, D) bf16 contiguous, the experts' output over the padded rows; dest (N,) int32, the padded
+// row of each routed row (quantize_routed's); token_rows (T, top_k) int32 contiguous, each token's
+// routed rows (N = T·top_k); all on y's device. combine: scale (N,) fp32 or None, returns (T, D)
+// bf16; combine_score_grad: dout (T, D) bf16 contiguous, returns (T, top_k) fp32. The CPU dispatch
+// (the reference) raises ValueError for a routed row or dest out of range; CUDA checks them on the
+// device without a report (no status word, as for quantize_routed): such a row contributes 0.
+
+void check_combine_args(const char* op, const Tensor& y, const Tensor& dest,
+                        const Tensor& token_rows) {
+  TORCH_CHECK_TYPE(y.scalar_type() == at::kBFloat16, op, ": y must be torch.bfloat16, got ",
+                   torch_dtype(y.scalar_type()));
+  TORCH_CHECK_VALUE(y.dim() == 2 && y.is_contiguous(), op,
+                    ": y must be a contiguous 2-D tensor (Mp, D), got shape ", y.sym_sizes(),
+                    " strides ", y.sym_strides());
+  check_route_tensor(op, "dest", dest, y, {at::kInt}, "torch.int32");
+  TORCH_CHECK_TYPE(token_rows.scalar_type() == at::kInt, op,
+                   ": token_rows must be torch.int32, got ", torch_dtype(token_rows.scalar_type()));
+  TORCH_CHECK_VALUE(token_rows.dim() == 2 && token_rows.is_contiguous(), op,
+                    ": token_rows must be a contiguous 2-D tensor (T, top_k), got shape ",
+                    token_rows.sym_sizes(), " strides ", token_rows.sym_strides());
+  TORCH_CHECK_VALUE(token_rows.device() == y.device(), op, ": token_rows must be on y's device (",
+                    y.device(), "), got ", token_rows.device());
+  const SymInt N = token_rows.sym_size(0) * token_rows.sym_size(1);
+  TORCH_CHECK_VALUE(dest.sym_size(0).sym_eq(N).expect_true(__FILE__, __LINE__), op,
+                    ": dest must have one entry per routed row (T*top_k = ", N, "), got shape ",
+                    dest.sym_sizes());
+  const std::optional<int64_t> D = y.sym_size(1).maybe_as_int();
+  TORCH_CHECK_VALUE(!D || *D % 8 == 0, op, ": y's width D must be a multiple of 8, got ", *D);
+  const std::optional<int64_t> k = token_rows.sym_size(1).maybe_as_int();
+  TORCH_CHECK_VALUE(!k || (*k >= 1 && *k <= kMaxTopK), op,
+                    ": top_k (token_rows.shape[1]) must be in [1, ", kMaxTopK, "], got ", *k);
+}
+
+// The sizes and pointers both ops share (a real call: no symbolic sizes left).
+CombineParams combine_params(const Tensor& y, const Tensor& dest, const Tensor& token_rows) {
+  CombineParams p;
+  p.y = y.const_data_ptr();
+  p.Mp = y.size(0);
+  p.D = y.size(1);
+  p.dest = dest.const_data_ptr<int32_t>();
+  p.N = dest.size(0);
+  p.token_rows = token_rows.const_data_ptr<int32_t>();
+  p.T = token_rows.size(0);
+  p.top_k = token_rows.size(1);
+  p.stream = current_stream(y);
+  return p;
+}
+
+template <bool kMeta>
+Tensor combine(const Tensor& y, const Tensor& dest, const Tensor& token_rows,
+               const OptTensor& scale) {
+  constexpr const char* op = "mxq.combine";
+  check_combine_args(op, y, dest, token_rows);
+  if (scale.has_value()) check_route_tensor(op, "scale", *scale, y, {at::kFloat}, "torch.float32");
+  TORCH_CHECK_VALUE(!scale.has_value() ||
+                        scale->sym_size(0).sym_eq(dest.sym_size(0)).expect_true(__FILE__, __LINE__),
+                    op, ": scale must have one entry per routed row (", dest.sym_size(0),
+                    ",), got shape ", scale.has_value() ? scale->sym_sizes() : y.sym_sizes());
+  Tensor out = empty_output(y, {token_rows.sym_size(0), y.sym_size(1)}, at::kBFloat16);
+  if (kMeta) return out;
+  const DeviceGuard guard(y);
+  CombineParams p = combine_params(y, dest, token_rows);
+  p.scale = scale.has_value() ? scale->const_data_ptr<float>() : nullptr;
+  p.out = out.data_ptr();
+  call_core(op, [&] { y.is_cuda() ? mxq::combine(p) : ref::combine(p); });
+  return out;
+}
+
+template <bool kMeta>
+Tensor combine_score_grad(const Tensor& dout, const Tensor& y, const Tensor& dest,
+                          const Tensor& token_rows) {
+  constexpr const char* op = "mxq.combine_score_grad";
+  check_combine_args(op, y, dest, token_rows);
+  TORCH_CHECK_TYPE(dout.scalar_type() == at::kBFloat16, op, ": dout must be torch.bfloat16, got ",
+                   torch_dtype(dout.scalar_type()));
+  TORCH_CHECK_VALUE(dout.device() == y.device(), op, ": dout must be on y's device (", y.device(),
+                    "), got ", dout.device());
+  const bool shape_ok = dout.dim() == 2 && dout.sym_size(0)
+                                               .sym_eq(token_rows.sym_size(0))
+                                               .sym_and(dout.sym_size(1).sym_eq(y.sym_size(1)))
+                                               .expect_true(__FILE__, __LINE__);
+  TORCH_CHECK_VALUE(shape_ok && dout.is_contiguous(), op,
+                    ": dout must be contiguous of shape [T, D] = [", token_rows.sym_size(0), ", ",
+                    y.sym_size(1), "], got shape ", dout.sym_sizes(), " strides ",
+                    dout.sym_strides());
+  Tensor out = empty_output(y, {token_rows.sym_size(0), token_rows.sym_size(1)}, at::kFloat);
+  if (kMeta) return out;
+  const DeviceGuard guard(y);
+  CombineParams p = combine_params(y, dest, token_rows);
+  p.dout = dout.const_data_ptr();
+  p.out = out.data_ptr();
+  call_core(op, [&] { y.is_cuda() ? mxq::combine_score_grad(p) : ref::combine_score_grad(p); });
+  return out;
+}
+
 }  // namespace
 }  // namespace mxq::torch_ext
 
@@ -1006,22 +1107,27 @@ TORCH_LIBRARY(mxq, m) {
       "grouped_mm_fp8_blockwise(Tensor a, Tensor a_scale, Tensor b, Tensor b_scale, Tensor offs, "
       "str grouping=\"m_grouped\") -> Tensor",
       tags);
+  m.def("combine(Tensor y, Tensor dest, Tensor token_rows, Tensor? scale=None) -> Tensor", tags);
+  m.def("combine_score_grad(Tensor dout, Tensor y, Tensor dest, Tensor token_rows) -> Tensor",
+        tags);
 }
 #undef MXQ_QUANT_ARGS_OUT
 #undef MXQ_QUANT_ARGS
 #undef MXQ_QUANT_X
 
 // One impl per op: CPU and CUDA share an instance (it tells the devices apart), Meta has its own.
-#define MXQ_REGISTER_IMPLS(m, meta)                                      \
-  m.impl("quantize", &mxq::torch_ext::quantize<meta>);                   \
-  m.impl("quantize.out", &mxq::torch_ext::quantize_out<meta>);           \
-  m.impl("quantize_composed", &mxq::torch_ext::quantize_composed<meta>); \
-  m.impl("quantize_rowwise", &mxq::torch_ext::quantize_rowwise<meta>);   \
-  m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);   \
-  m.impl("dequantize", &mxq::torch_ext::dequantize<meta>);               \
-  m.impl("quantize_weight", &mxq::torch_ext::quantize_weight<meta>);     \
-  m.impl("quantize_routed", &mxq::torch_ext::quantize_routed<meta>);     \
-  m.impl("grouped_mm_fp8_blockwise", &mxq::torch_ext::grouped_mm_fp8_blockwise<meta>)
+#define MXQ_REGISTER_IMPLS(m, meta)                                                    \
+  m.impl("quantize", &mxq::torch_ext::quantize<meta>);                                 \
+  m.impl("quantize.out", &mxq::torch_ext::quantize_out<meta>);                         \
+  m.impl("quantize_composed", &mxq::torch_ext::quantize_composed<meta>);               \
+  m.impl("quantize_rowwise", &mxq::torch_ext::quantize_rowwise<meta>);                 \
+  m.impl("quantize_colwise", &mxq::torch_ext::quantize_colwise<meta>);                 \
+  m.impl("dequantize", &mxq::torch_ext::dequantize<meta>);                             \
+  m.impl("quantize_weight", &mxq::torch_ext::quantize_weight<meta>);                   \
+  m.impl("quantize_routed", &mxq::torch_ext::quantize_routed<meta>);                   \
+  m.impl("grouped_mm_fp8_blockwise", &mxq::torch_ext::grouped_mm_fp8_blockwise<meta>); \
+  m.impl("combine", &mxq::torch_ext::combine<meta>);                                   \
+  m.impl("combine_score_grad", &mxq::torch_ext::combine_score_grad<meta>)
 
 TORCH_LIBRARY_IMPL(mxq, CPU, m) {
   MXQ_REGISTER_IMPLS(m, false);

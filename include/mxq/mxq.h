@@ -85,6 +85,7 @@ enum StatusBits : int32_t {
   kOffsMisaligned = 4,  // a group boundary not a multiple of the format's block (32 or 128)
   // quantize_routed (its own inputs; its offs_p is computed, so the bits above stay 0):
   kIndexOutOfRange = 8,  // an index entry outside [0, T): that routed row is quantized as zeros
+                         // (combine: a token_rows or dest entry out of range, contributing 0)
   kCountsNegative = 16,  // a counts entry below 0 (taken as 0)
   kCountsSumNotN = 32,   // counts do not sum to N (routed rows past the counts get dest -1)
 };
@@ -257,6 +258,40 @@ struct GroupedGemmParams {
   int32_t* status = nullptr;  // optional (GPU): StatusBits of offs, written on every call
   cudaStream_t stream = nullptr;
 };
+// ---- combine: the MoE layer's routed rows back to their tokens (docs/numerics.md §14) ----
+// T tokens each chose top_k experts; routed row r (0 <= r < N = T·top_k) of the expert-sorted order
+// lives at padded row dest[r] of y (Mp, D), the experts' bf16 output over quantize_routed's padded
+// row space. token_rows (T, top_k) names each token's routed rows, a permutation of [0, N) (the
+// torch layer passes the inverse of the routing's sort). Two entry points share these params:
+//
+//   combine             out (T, D) bf16: for each token, its routed rows in increasing r,
+//                       acc = bf16(acc + g_r) from acc = +0, with g_r = y[dest[r]], or, with
+//                       scale, bf16(fl32(y[dest[r]]) · scale[r]): what torch's
+//                       index_put_(accumulate=True) of the (scaled) rows gives, bit for bit.
+//   combine_score_grad  out (T, top_k) fp32: out[t, j] = Σ_d fl32(dout[t, d]) · fl32(y[dest[r], d])
+//                       for r = token_rows[t, j], in the order §14 fixes (each lane of 32 sums its
+//                       8-element chunks c ≡ lane mod 32 in order, then a butterfly), no FMA: the
+//                       gate scores' gradient of the scaled combine.
+//
+// D a multiple of 8 (16-byte rows); every buffer 16-byte aligned, indices 4-byte. Every byte of
+// out is written. A routed row or a dest outside its range contributes nothing (on the GPU; the
+// CPU reference throws) and is reported in the optional status word (kIndexOutOfRange).
+struct CombineParams {
+  const void* y = nullptr;              // (Mp, D) bf16 row-major
+  int64_t Mp = 0;                       // rows of y
+  int64_t D = 0;                        // a multiple of 8
+  const int32_t* dest = nullptr;        // (N): padded row of each routed row
+  int64_t N = 0;                        // routed rows, T·top_k
+  const int32_t* token_rows = nullptr;  // (T, top_k): each token's routed rows
+  int64_t T = 0;
+  int64_t top_k = 0;             // 1 to kMaxTopK
+  const float* scale = nullptr;  // combine, optional (N): each routed row's factor
+  const void* dout = nullptr;    // combine_score_grad: (T, D) bf16, the output's gradient
+  void* out = nullptr;           // combine (T, D) bf16; combine_score_grad (T, top_k) fp32
+  int32_t* status = nullptr;     // optional (GPU): StatusBits, written on every call
+  cudaStream_t stream = nullptr;
+};
+constexpr int64_t kMaxTopK = 32;
 // Parses the exact strings "m_grouped" and "k_grouped"; anything else throws.
 Grouping parse_grouping(const std::string& name);
 const char* to_string(Grouping grouping);
@@ -296,6 +331,9 @@ void quantize_routed(const QuantizeRoutedParams& p);
 // Two kernels: one builds the per-group problems from offs into the workspace (and, M-grouped, the
 // factors in CUTLASS's per-group layout; the zero rows), then CUTLASS's grouped GEMM. SM90 only.
 void grouped_gemm(const GroupedGemmParams& p);
+// One kernel each: a warp per token (docs/numerics.md §14).
+void combine(const CombineParams& p);
+void combine_score_grad(const CombineParams& p);
 
 // Host-side checker for users who want an exception: copies offs to the host (synchronizes the
 // stream) and throws mxq::Error describing the first malformed entry.
@@ -329,6 +367,10 @@ void quantize_routed(const QuantizeRoutedParams& p);
 // an fp32 dot product per output in increasing contraction order, rounded once to bf16. Throws for
 // a malformed offs; the workspace is not used (may be null); a status word is written 0.
 void grouped_gemm(const GroupedGemmParams& p);
+// The GPU's combine and combine_score_grad bit for bit (the same sums in the same order). Throws
+// for a routed row or dest out of range; a status word is written 0.
+void combine(const CombineParams& p);
+void combine_score_grad(const CombineParams& p);
 }  // namespace ref
 
 }  // namespace mxq

@@ -66,6 +66,8 @@ from .moe import GroupedExperts, MXFP8GroupedExperts, bf16_grouped_mm, grouped_m
 from .ops import (
     MXTensors,
     RoutedMXTensors,
+    combine,
+    combine_score_grad,
     dequantize,
     dequantize_colwise,
     dequantize_rowwise,
@@ -88,6 +90,8 @@ __all__ = [
     "RoutedTokens",
     "TokenDispatcher",
     "bf16_grouped_mm",
+    "combine",
+    "combine_score_grad",
     "dequantize",
     "dequantize_colwise",
     "dequantize_rowwise",

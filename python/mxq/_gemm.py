@@ -630,20 +630,17 @@ class PaddedRows(RowMap):
 
 
 class CombineRows(PaddedRows):
-    """The dispatcher's last expert GEMM and the combine: rows (offs_p, valid, dest, index, counts). Each routed row's
-    y is scaled by its gate score (rounded to bf16) and scatter-added to its token; backward quantizes
-    d(routed y) = ``(dout[index].float() * scores).to(bf16)`` in one routed pass, and d scores from the saved y."""
+    """The dispatcher's last expert GEMM and the combine: rows (offs_p, valid, dest, index, counts, token_rows). Each
+    routed row's y is scaled by its gate score (rounded to bf16) and summed into its token by :func:`mxq.ops.combine`
+    (one pass, bitwise a scatter-add); backward quantizes d(routed y) = ``(dout[index].float() * scores).to(bf16)``
+    in one routed pass, and d scores by :func:`mxq.ops.combine_score_grad` from the saved y."""
 
     def output(self, y, rows, scores, num_tokens, r):
-        _, _, dest, index, _ = rows
-        y_routed = y.index_select(0, dest)  # (N, N_out): the routed rows only, never a padding or tail row
-        y_scaled = (y_routed.float() * scores.unsqueeze(1)).to(torch.bfloat16)
-        # Out of place: with index_put_ here, torch 2.11's torch.compile traced backward with dout = zeros.
-        out = y_scaled.new_zeros(num_tokens, y_scaled.shape[1]).index_put((index,), y_scaled, accumulate=True)
-        return out, (y_routed,)
+        dest, token_rows = rows[2], rows[5]
+        return ops.combine(y, dest, token_rows, scale=scores), (y,)
 
     def dy_operands(self, dy, rows, scores, Mp, r, need_dx, need_dw):
-        _, _, _, index, counts = rows
+        _, _, _, index, counts, _ = rows
         dout = dy.to(torch.bfloat16).contiguous()
         q = routed_operands(
             r.routed_quantization, dout, index, counts, scores, r.scaling_mode, need_dx, need_dw, r.backend, r.format
@@ -651,9 +648,10 @@ class CombineRows(PaddedRows):
         return q.q_row, q.s_row, q.q_col, q.s_col
 
     def d_scores(self, dout, rows, saved):
-        # What autograd computes for the score of (y.float() * s).to(bf16): Σ_d of the product, in fp32.
-        index = rows[3]
-        return (dout.to(torch.bfloat16).index_select(0, index).float() * saved[0].float()).sum(1)
+        # (T, top_k) in the tokens' layout, then each routed row's entry (token_rows names it).
+        dest, token_rows = rows[2], rows[5]
+        ds = ops.combine_score_grad(dout.to(torch.bfloat16).contiguous(), saved[0], dest, token_rows)
+        return ds.new_empty(ds.numel()).index_copy_(0, token_rows.flatten().long(), ds.flatten())
 
 
 ROW_MAPS = {"dense": RowMap(), "grouped": GroupedRows(), "padded": PaddedRows(), "combine": CombineRows()}

@@ -53,6 +53,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import ops
 from ._gemm import (
     ROUTED_QUANTIZATIONS,
     MXGemm,
@@ -72,6 +73,7 @@ from .ops import check_type
 __all__ = [
     "ROUTED_QUANTIZATIONS",
     "RoutedTokens",
+    "Routing",
     "TokenDispatcher",
     "check_routed_quantization",
     "quantize_routed_composed",
@@ -85,10 +87,11 @@ class RoutedTokens(NamedTuple):
     ``x``: the autograd handle of the routed input, shape (Mp, D) (its values are not materialized; the GEMMs read
     the quantized operands below; its gradient is the padded dgrad, which dispatch's backward scatter-adds to the
     tokens). ``q_row``/``s_row`` (M-groups) and ``q_col``/``s_col`` (K-groups): the routed x quantized on both axes.
-    ``offs_p`` (E,) int32 padded group ends; ``dest`` (N,) int64 padded row of each routed row; ``valid`` (Mp, 1)
-    bool, the rows that hold a routed row; ``index`` (N,) int64 source token of each routed row; ``scores`` (N,) fp32
-    gate score of each routed row (differentiable); ``counts`` (E,) int64 rows per expert; ``num_tokens`` T;
-    ``dtype`` the combined output's dtype (x's, or autocast's inside an autocast region)."""
+    ``offs_p`` (E,) int32 padded group ends; ``dest`` (N,) int32 padded row of each routed row; ``valid`` (Mp, 1)
+    bool, the rows that hold a routed row; ``index`` (N,) int64 source token of each routed row; ``token_rows``
+    (T, top_k) int32 the routed row of each (token, choice); ``scores`` (N,) fp32 gate score of each routed row
+    (differentiable); ``counts`` (E,) int64 rows per expert; ``num_tokens`` T; ``dtype`` the combined output's dtype
+    (x's, or autocast's inside an autocast region)."""
 
     x: Tensor
     q_row: Tensor
@@ -99,6 +102,7 @@ class RoutedTokens(NamedTuple):
     dest: Tensor
     valid: Tensor
     index: Tensor
+    token_rows: Tensor
     scores: Tensor
     counts: Tensor
     num_tokens: int
@@ -137,18 +141,30 @@ def check_routing_args(owner: str, x, scores, expert_ids, num_experts: int, bloc
             raise ValueError(f"{owner}: expert_ids must be in [0, {num_experts}), got values from {lo} to {hi}")
 
 
-def route(scores: Tensor, expert_ids: Tensor, num_experts: int) -> tuple[Tensor, Tensor, Tensor]:
-    """(index, counts, sorted_scores) of a top-k routing, no host sync: the T·top_k (token, choice) pairs sorted by
-    expert (stable, so a token's rows keep their order); ``index`` (N,) the source token of each routed row,
-    ``counts`` (E,) rows per expert, ``sorted_scores`` (N,) fp32 the gate score of each routed row."""
-    top_k = expert_ids.shape[1]
+class Routing(NamedTuple):
+    """A top-k routing in expert-sorted order (:func:`route`): ``index`` (N,) int64 the source token of each routed
+    row, ``counts`` (E,) int64 rows per expert, ``scores`` (N,) fp32 the gate score of each routed row (differentiable),
+    ``token_rows`` (T, top_k) int32 the routed row of each (token, choice) pair (the inverse of the sort)."""
+
+    index: Tensor
+    counts: Tensor
+    scores: Tensor
+    token_rows: Tensor
+
+
+def route(scores: Tensor, expert_ids: Tensor, num_experts: int) -> Routing:
+    """The :class:`Routing` of a top-k routing, no host sync: the T·top_k (token, choice) pairs sorted by expert
+    (stable, so a token's rows keep their order)."""
+    T, top_k = expert_ids.shape
     flat = expert_ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
     index = order // top_k
     # Rows per expert from the sorted ids (no atomics).
     ends = torch.searchsorted(flat.index_select(0, order), torch.arange(num_experts, device=flat.device), right=True)
     counts = torch.diff(ends, prepend=ends.new_zeros(1))
-    return index, counts, scores.reshape(-1).float()[order]
+    rows = torch.arange(order.shape[0], device=order.device, dtype=torch.int32)
+    token_rows = torch.empty_like(rows).scatter_(0, order, rows).view(T, top_k)
+    return Routing(index, counts, scores.reshape(-1).float()[order], token_rows)
 
 
 class _Dispatch(torch.autograd.Function):
@@ -156,28 +172,26 @@ class _Dispatch(torch.autograd.Function):
     handle's padded gradient to the tokens."""
 
     @staticmethod
-    def forward(ctx, x, index, counts, how, scaling_mode, backend, format):
+    def forward(ctx, x, index, counts, token_rows, how, scaling_mode, backend, format):
         q_row, s_row, q_col, s_col, offs_p, dest = routed_operands(
             how, x, index, counts, None, scaling_mode, True, True, backend, format
         )
-        dest = dest.long()
         Mp = q_row.shape[0]
-        valid = torch.zeros(Mp, 1, dtype=torch.bool, device=x.device).index_fill_(0, dest, True)
+        valid = torch.zeros(Mp, 1, dtype=torch.bool, device=x.device).index_fill_(0, dest.long(), True)
         # The handle: an (Mp, K) tensor with no storage of its own (one element, expanded), only there to carry the
         # padded gradient back.
         handle = x.new_zeros(()).expand(Mp, x.shape[1])
         ctx.mark_non_differentiable(q_row, s_row, q_col, s_col, offs_p, dest, valid)
-        ctx.save_for_backward(index, dest)
-        ctx.num_tokens = x.shape[0]
+        ctx.save_for_backward(dest, token_rows)
         return handle, q_row, s_row, q_col, s_col, offs_p, dest, valid
 
     @staticmethod
     def backward(ctx, d_handle, *_):
-        index, dest = ctx.saved_tensors
-        d_routed = d_handle.index_select(0, dest)
-        # What autograd's backward of x[index] runs: a deterministic accumulate into zeros.
-        dx = d_routed.new_zeros(ctx.num_tokens, d_routed.shape[1]).index_put_((index,), d_routed, accumulate=True)
-        return dx, None, None, None, None, None, None
+        dest, token_rows = ctx.saved_tensors
+        # Each token's padded-row gradients summed in one pass, bitwise what autograd's backward of x[index] gives
+        # (a deterministic accumulate into zeros, docs/numerics.md §14).
+        dx = ops.combine(d_handle.to(torch.bfloat16).contiguous(), dest, token_rows)
+        return dx, None, None, None, None, None, None, None
 
 
 def combine(routed: RoutedTokens, y: Tensor) -> Tensor:
@@ -240,18 +254,19 @@ class TokenDispatcher:
         check_routing_args(
             "mxq.TokenDispatcher.dispatch", x, scores, expert_ids, self.num_experts, format_block(self.config)
         )
-        index, counts, sorted_scores = route(scores, expert_ids, self.num_experts)
+        index, counts, sorted_scores, token_rows = route(scores, expert_ids, self.num_experts)
         c = self.config
         handle, *operands = _Dispatch.apply(
             x.to(torch.bfloat16).contiguous(),
             index,
             counts,
+            token_rows,
             self.routed_quantization,
             c.scaling_mode,
             c.activation_quantization_backend,
             c.format,
         )
-        return RoutedTokens(handle, *operands, index, sorted_scores, counts, x.shape[0], output_dtype(x))
+        return RoutedTokens(handle, *operands, index, token_rows, sorted_scores, counts, x.shape[0], output_dtype(x))
 
     # ---- expert GEMMs on the padded rows ----
 
@@ -299,7 +314,7 @@ class TokenDispatcher:
         block = format_block(self.config)
         if h.shape[1] % block:
             raise ValueError(f"{owner}: h's width must be a multiple of {block}, got {h.shape[1]}")
-        rows = (routed.offs_p, routed.valid, routed.dest, routed.index, routed.counts)
+        rows = (routed.offs_p, routed.valid, routed.dest, routed.index, routed.counts, routed.token_rows)
         sizes = (routed.valid.shape[0], routed.num_tokens)
         how = self._plan(owner, "combine", routed)
         h_bf16 = h.to(torch.bfloat16).contiguous()

@@ -501,3 +501,42 @@ def grouped_mm_fp8_blockwise(
 
 
 _grouped_mm_fp8_blockwise = _ops.grouped_mm_fp8_blockwise.default
+
+
+def combine(y: Tensor, dest: Tensor, token_rows: Tensor, *, scale: Tensor | None = None) -> Tensor:
+    """The MoE layer's routed rows back to their tokens (docs/numerics.md §14): (T, D) bfloat16, token t the sum of
+    its routed rows ``y[dest[r]]`` (each multiplied by ``scale[r]`` and rounded to bf16 when ``scale`` is given), in
+    increasing routed row r, each add rounded to bf16 — bit for bit what
+    ``zeros(T, D).index_put_((index,), rows, accumulate=True)`` gives.
+
+    y (Mp, D) bfloat16 contiguous, the experts' output over the padded rows (D a multiple of 8); dest (N,) int32
+    the padded row of each routed row (:func:`quantize_routed`'s); token_rows (T, top_k) int32 contiguous, each
+    token's routed rows (a permutation of [0, N), N = T·top_k, 1 <= top_k <= 32); scale (N,) float32 or None.
+    CPU tensors run the C++ reference, CUDA tensors one kernel (the same bits). A routed row or dest out of range
+    raises ValueError on the CPU; on CUDA it contributes 0 (checked on the device, no sync).
+
+    Raises TypeError for an argument of the wrong type or dtype, ValueError for a bad shape or device mix."""
+    op = "mxq.combine"
+    check_types(op, ("y", y, Tensor), ("dest", dest, Tensor), ("token_rows", token_rows, Tensor))
+    if scale is not None:
+        check_type(op, "scale", scale, Tensor)
+    return _combine(y, dest, token_rows, scale)
+
+
+def combine_score_grad(dout: Tensor, y: Tensor, dest: Tensor, token_rows: Tensor) -> Tensor:
+    """The gate scores' gradient of :func:`combine` with ``scale`` (docs/numerics.md §14): (T, top_k) float32,
+    ``out[t, j] = Σ_d dout[t, d] · y[dest[r], d]`` for r = ``token_rows[t, j]``, products and sums in fp32 in the
+    order §14 fixes (the CPU reference and the CUDA kernel give the same bits; torch's own reduction sums in
+    another order, so it agrees within fp32 rounding). dout (T, D) bfloat16 contiguous; the rest as for
+    :func:`combine`.
+
+    Raises TypeError for an argument of the wrong type or dtype, ValueError for a bad shape or device mix."""
+    op = "mxq.combine_score_grad"
+    check_types(
+        op, ("dout", dout, Tensor), ("y", y, Tensor), ("dest", dest, Tensor), ("token_rows", token_rows, Tensor)
+    )
+    return _combine_score_grad(dout, y, dest, token_rows)
+
+
+_combine = _ops.combine.default
+_combine_score_grad = _ops.combine_score_grad.default

@@ -312,6 +312,33 @@ void validate(const GroupedGemmParams& p) {
   if (p.status != nullptr) check_ptr(p.status, "status", 4);
 }
 
+void validate(const CombineParams& p, CombineOutput output) {
+  const bool tokens = output == CombineOutput::kTokens;
+  MXQ_CHECK(p.T >= 0 && p.T <= kMaxDim, "T (tokens) must be in [0, 2^31-1], got ", p.T);
+  MXQ_CHECK(p.top_k >= 1 && p.top_k <= kMaxTopK, "top_k must be in [1, ", kMaxTopK, "], got ",
+            p.top_k);
+  MXQ_CHECK(p.N == p.T * p.top_k, "N (routed rows) must be T*top_k = ", p.T * p.top_k, ", got ",
+            p.N);
+  MXQ_CHECK(p.N <= kMaxDim, "N (routed rows, T*top_k) must be at most 2^31-1, got ", p.N);
+  MXQ_CHECK(p.Mp >= 0 && p.Mp <= kMaxDim, "Mp (rows of y) must be in [0, 2^31-1], got ", p.Mp);
+  MXQ_CHECK(p.D >= 0 && p.D <= kMaxDim && p.D % 8 == 0,
+            "D (columns of y) must be a multiple of 8 in [0, 2^31-1], got ", p.D);
+  MXQ_CHECK(tokens || p.scale == nullptr,
+            "scale is combine's input; combine_score_grad computes the scores' gradient");
+  MXQ_CHECK(tokens || p.dout != nullptr || p.T == 0 || p.D == 0,
+            "dout is null (combine_score_grad reads the output's gradient, (T, D) bf16)");
+  if (p.status != nullptr) check_ptr(p.status, "status", 4);
+  if (p.T == 0) return;
+  check_ptr(p.token_rows, "token_rows", 4);
+  check_ptr(p.dest, "dest", 4);
+  check_ptr(p.out, "out", tokens ? 16 : 4);
+  if (p.scale != nullptr) check_ptr(p.scale, "scale", 4);
+  if (p.D == 0) return;
+  MXQ_CHECK(p.Mp > 0, "y has no rows (Mp = 0) but T = ", p.T, " tokens read it");
+  check_ptr(p.y, "y");
+  if (!tokens) check_ptr(p.dout, "dout");
+}
+
 }  // namespace mxq::detail
 
 namespace mxq {

@@ -30,6 +30,11 @@ void check_routed_sizes(int64_t T, int64_t K, int64_t N, int64_t num_experts, Fo
 void validate(const GroupedGemmParams& p);
 void check_grouped_gemm_sizes(int64_t M, int64_t N, int64_t K, int64_t num_groups);
 
+// combine / combine_score_grad (docs/numerics.md §14): which of the two the params are for (the
+// output and the inputs it reads differ), then sizes, pointers.
+enum class CombineOutput { kTokens, kScoreGrad };
+void validate(const CombineParams& p, CombineOutput output);
+
 // The size rules (the public check_sizes / check_weight_sizes without an op name); num_groups < 0:
 // dense, or the group count is checked elsewhere.
 void check_sizes(int64_t M, int64_t K, int64_t num_groups, Format format, const char* m_name = "M",

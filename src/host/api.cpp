@@ -122,7 +122,10 @@ std::string describe_status(int32_t status) {
   if (status & kOffsMisaligned)
     os << " a group boundary is not a multiple of the format's block (" << Mxfp8::kBlock
        << " for mxfp8, " << Fp8Blockwise::kBlock << " for fp8_blockwise);";
-  if (status & kIndexOutOfRange) os << " an index entry is outside [0, T) (its row reads as 0);";
+  if (status & kIndexOutOfRange) {
+    os << " an index entry is outside its range (quantize_routed: [0, T), its row reads as 0; "
+          "combine: token_rows [0, N) or dest [0, Mp), the row contributes 0);";
+  }
   if (status & kCountsNegative) os << " a counts entry is negative (taken as 0);";
   if (status & kCountsSumNotN) os << " counts do not sum to N;";
   const int32_t unknown = status & ~(kOffsBits | kRoutedBits);
@@ -217,6 +220,24 @@ void grouped_gemm(const GroupedGemmParams& p) {
               "workspace must be 256-byte aligned, got address ", p.workspace);
     detail::require_supported_device();
     detail::launch_grouped_gemm(p);
+  });
+}
+
+void combine(const CombineParams& p) {
+  detail::with_op("mxq::combine", [&] {
+    detail::validate(p, detail::CombineOutput::kTokens);
+    if (p.T == 0 && p.status == nullptr) return;
+    detail::require_supported_device();
+    detail::launch_combine(p, detail::CombineOutput::kTokens);
+  });
+}
+
+void combine_score_grad(const CombineParams& p) {
+  detail::with_op("mxq::combine_score_grad", [&] {
+    detail::validate(p, detail::CombineOutput::kScoreGrad);
+    if (p.T == 0 && p.status == nullptr) return;
+    detail::require_supported_device();
+    detail::launch_combine(p, detail::CombineOutput::kScoreGrad);
   });
 }
 

@@ -18,6 +18,7 @@ void launch_dequantize(const DequantizeParams&) { no_cuda(); }
 void launch_quantize_weight(const QuantizeWeightParams&) { no_cuda(); }
 void launch_quantize_routed(const QuantizeRoutedParams&, int) { no_cuda(); }
 void launch_grouped_gemm(const GroupedGemmParams&) { no_cuda(); }
+void launch_combine(const CombineParams&, CombineOutput) { no_cuda(); }
 
 }  // namespace detail
 

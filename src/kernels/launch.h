@@ -3,6 +3,7 @@
 // status word); each launcher enqueues on p.stream and checks the launch.
 #pragma once
 
+#include "../common/validate.h"
 #include "mxq/mxq.h"
 
 namespace mxq::detail {
@@ -21,6 +22,8 @@ void launch_quantize_routed(const QuantizeRoutedParams& p, int tile_rows);
 // CUTLASS's SM90 grouped GEMM (sm90/sm90_grouped_gemm.cu; without sm_90a in the build, a stub
 // that refuses): the per-group problems from offs, then the GEMM.
 void launch_grouped_gemm(const GroupedGemmParams& p);
+// combine.cu: one warp per token, the two outputs of docs/numerics.md §14.
+void launch_combine(const CombineParams& p, CombineOutput output);
 // The composed path's third kernel (to_blocked.cu): plain S_col (K, M/32) -> p.s_col (blocked, or
 // K-groups with p.offs, writing p.status).
 void launch_to_blocked(const uint8_t* s_col_plain, const QuantizeParams& p);

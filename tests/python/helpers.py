@@ -118,6 +118,24 @@ def assert_outputs_equal(
         assert_bytes_equal(a, e, label)
 
 
+def assert_moe_outputs_equal(actual, expected, names: Sequence[str], what: str = "") -> None:
+    """An MoE layer's outputs and gradients bitwise (:func:`assert_outputs_equal`, strides aside), except "d scores":
+    fp32 sums of D products, which mxq.combine_score_grad adds in its own fixed order (docs/numerics.md §14) and
+    torch's reduction in another, so there they agree within fp32 rounding (2^-18 of the largest)."""
+    i = list(names).index("d scores")
+    keep = [j for j in range(len(names)) if j != i]
+    assert_outputs_equal(
+        [actual[j] for j in keep], [expected[j] for j in keep], [names[j] for j in keep], what, strides=False
+    )
+    a, e = actual[i], expected[i]
+    assert a.dtype == e.dtype == torch.float32 and a.shape == e.shape, (
+        f"{what}d scores: {a.dtype} {a.shape} vs {e.dtype} {e.shape}"
+    )
+    tol = 2.0**-18 * float(e.abs().max()) + 1e-30
+    err = float((a - e).abs().max())
+    assert err <= tol, f"{what}d scores: differ by up to {err:.3g} (tolerance {tol:.3g})"
+
+
 def assert_bf16_equal_nan_canonical(a: torch.Tensor, b: torch.Tensor, name: str) -> None:
     """Raw bf16 bytes equal, except that any NaN matches any NaN (payloads and signs of NaN are not specified)."""
     a, b = a.cpu(), b.cpu()
