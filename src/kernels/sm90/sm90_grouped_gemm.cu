@@ -159,13 +159,13 @@ __device__ __forceinline__ int32_t offs_status(const int32_t* offs, int num_grou
   return status;
 }
 
-// Zeros bf16 out[begin, end) (element offsets, multiples of 8: 16-byte stores) with the CTAs of one
-// group.
-__device__ __forceinline__ void zero_fill(__nv_bfloat16* out, int64_t begin, int64_t end) {
+// Zeros bf16 out[begin, end) (element offsets, multiples of 8: 16-byte stores), CTA `cta` of
+// `ctas` taking its share.
+__device__ __forceinline__ void zero_fill(__nv_bfloat16* out, int64_t begin, int64_t end,
+                                          int64_t cta, int64_t ctas) {
   uint4* dst = reinterpret_cast<uint4*>(out + begin);
   const int64_t n = (end - begin) / 8;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = cta * blockDim.x + threadIdx.x; i < n; i += ctas * blockDim.x) {
     dst[i] = make_uint4(0, 0, 0, 0);
   }
 }
@@ -179,17 +179,20 @@ __device__ __forceinline__ Stride leading(int64_t ld) {
 }
 
 // ---- prepare_groups: offs -> per-group problems; the factor copies; the zero fills ----
-// blockIdx.y = g < G: group g; blockIdx.y = G: the M-grouped tail rows (K-grouped: nothing).
+// blockIdx.y = g < G: group g; blockIdx.y = G: the status word. M-grouped, every CTA zeros a share
+// of the tail rows.
 template <Grouping kGrouping>
 __global__ void __launch_bounds__(kPrepareThreads)
     prepare_groups_kernel(PrepareArgs p, GroupArrays<kGrouping> arrays) {
   using C = GemmConfig<kGrouping>;
   const int g = blockIdx.y;
   const bool first_thread = blockIdx.x == 0 && threadIdx.x == 0;
+  if (kGrouping == Grouping::kMGrouped) {
+    // The tail rows (up to 127 per group in the padded row space: tens of MB) by every CTA.
+    zero_fill(p.out, group_end(p.offs, p.num_groups - 1, p.M) * p.N, p.M * p.N,
+              int64_t(g) * gridDim.x + blockIdx.x, int64_t(gridDim.y) * gridDim.x);
+  }
   if (g == p.num_groups) {
-    if (kGrouping == Grouping::kMGrouped) {
-      zero_fill(p.out, group_end(p.offs, g - 1, p.M) * p.N, p.M * p.N);
-    }
     if (first_thread && p.status != nullptr) *p.status = offs_status(p.offs, p.num_groups, p.M);
     return;
   }
@@ -243,7 +246,7 @@ __global__ void __launch_bounds__(kPrepareThreads)
       arrays.stride_b[g] = leading<typename C::StrideB>(p.M);
       arrays.stride_d[g] = leading<typename C::StrideD>(p.K);
     }
-    if (len == 0) zero_fill(p.out, g * p.N * p.K, (g + 1) * p.N * p.K);
+    if (len == 0) zero_fill(p.out, g * p.N * p.K, (g + 1) * p.N * p.K, blockIdx.x, gridDim.x);
   }
 }
 
