@@ -119,7 +119,7 @@ def test_combine_score_grad_order(routing, D):
 @pytest.mark.parametrize("routing", ROUTINGS)
 def test_cuda_equals_cpu(routing):
     T, E, k, dup = ROUTINGS[routing]
-    index, token_rows, dest, Mp = _routing(T, E, k, dup, seed=6)
+    _, token_rows, dest, Mp = _routing(T, E, k, dup, seed=6)
     D = 7168
     y, dout = _values(Mp, D, 7, adversarial=True), _values(T, D, 8)
     scale = torch.rand(T * k)
