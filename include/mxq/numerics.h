@@ -188,6 +188,10 @@ MXQ_HD uint16_t bf16_from_f32(float f) {
   return uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// Every fp32 NaN as the canonical 0x7FC00000 (a NaN's sign and payload depend on the hardware that
+// made it; mxq's fp32 outputs name one).
+MXQ_HD float canonical_nan(float f) { return f != f ? f32_from_bits(0x7FC00000u) : f; }
+
 // fp32 -> fp16 bits with round to nearest even (subnormals kept, overflow to Inf, every NaN the
 // canonical 0x7E00): what a cast of an fp32 product to fp16 gives.
 constexpr uint16_t kF16CanonicalNan = 0x7E00;

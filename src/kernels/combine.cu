@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(kThreads) combine_score_grad_kernel(const Comb
     }
 #pragma unroll
     for (int off = 16; off >= 1; off /= 2) acc = add_rn(acc, __shfl_xor_sync(kFull, acc, off));
-    if (lane == 0) out[t * p.top_k + j] = acc;
+    if (lane == 0) out[t * p.top_k + j] = canonical_nan(acc);
   }
 }
 

@@ -21,8 +21,10 @@ constexpr int kChunk = 8;   // bf16 elements in one 16-byte load
 // Token t's routed rows and their padded rows, checked (the GPU reports these and skips the row).
 std::vector<int32_t> checked_rows(const CombineParams& p, int64_t t) {
   std::vector<int32_t> rows(p.token_rows + t * p.top_k, p.token_rows + (t + 1) * p.top_k);
-  for (const int32_t r : rows) {
-    MXQ_CHECK(r >= 0 && r < p.N, "token_rows[", t, "] holds ", r, ", outside [0, N=", p.N, ")");
+  for (int64_t j = 0; j < p.top_k; ++j) {
+    const int32_t r = rows[j];
+    MXQ_CHECK(r >= 0 && r < p.N, "token_rows[", t, ", ", j, "] = ", r, " is outside [0, N=", p.N,
+              ")");
     MXQ_CHECK(p.dest[r] >= 0 && p.dest[r] < p.Mp, "dest[", r, "] = ", p.dest[r],
               " is outside [0, Mp=", p.Mp, ")");
   }
@@ -53,10 +55,10 @@ float warp_dot(const uint16_t* a, const uint16_t* b, int64_t D) {
 void combine(const CombineParams& p) {
   detail::with_op("mxq::ref::combine", [&] {
     detail::validate(p, detail::CombineOutput::kTokens);
+    for (int64_t t = 0; t < p.T; ++t) checked_rows(p, t);  // throws before anything is written
     if (p.status != nullptr) *p.status = 0;
     const auto* y = static_cast<const uint16_t*>(p.y);
     auto* out = static_cast<uint16_t*>(p.out);
-    for (int64_t t = 0; t < p.T; ++t) checked_rows(p, t);  // throws before anything is written
     parallel_for(p.T, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         std::vector<int32_t> rows = checked_rows(p, t);
@@ -78,16 +80,17 @@ void combine(const CombineParams& p) {
 void combine_score_grad(const CombineParams& p) {
   detail::with_op("mxq::ref::combine_score_grad", [&] {
     detail::validate(p, detail::CombineOutput::kScoreGrad);
+    for (int64_t t = 0; t < p.T; ++t) checked_rows(p, t);  // throws before anything is written
     if (p.status != nullptr) *p.status = 0;
     const auto* y = static_cast<const uint16_t*>(p.y);
     const auto* dout = static_cast<const uint16_t*>(p.dout);
     auto* out = static_cast<float*>(p.out);
-    for (int64_t t = 0; t < p.T; ++t) checked_rows(p, t);
     parallel_for(p.T, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
         const std::vector<int32_t> rows = checked_rows(p, t);
         for (int64_t j = 0; j < p.top_k; ++j) {
-          out[t * p.top_k + j] = warp_dot(dout + t * p.D, y + int64_t(p.dest[rows[j]]) * p.D, p.D);
+          out[t * p.top_k + j] =
+              canonical_nan(warp_dot(dout + t * p.D, y + int64_t(p.dest[rows[j]]) * p.D, p.D));
         }
       }
     });

@@ -116,7 +116,8 @@ TEST(DescribeStatus, NamesEveryBit) {
       << all;
   const std::string routed = describe_status(kIndexOutOfRange | kCountsNegative | kCountsSumNotN);
   EXPECT_EQ(routed.rfind("bad routing (status 56):", 0), 0u) << routed;
-  EXPECT_NE(routed.find("outside [0, T)"), std::string::npos) << routed;
+  EXPECT_NE(routed.find("quantize_routed: [0, T)"), std::string::npos) << routed;
+  EXPECT_NE(routed.find("combine: token_rows [0, N) or dest [0, Mp)"), std::string::npos) << routed;
   EXPECT_NE(routed.find("negative"), std::string::npos) << routed;
   EXPECT_NE(routed.find("do not sum to N"), std::string::npos) << routed;
   // A word that is not a status (64 is no StatusBits bit) says so instead of ending at the colon.

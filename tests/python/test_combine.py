@@ -186,7 +186,7 @@ def test_errors():
         mxq.combine(y.t(), dest, token_rows)
     bad = token_rows.clone()
     bad[3, 1] = 16
-    with pytest.raises(ValueError, match=r"mxq.combine: token_rows\[3\] holds 16, outside \[0, N=16\)"):
+    with pytest.raises(ValueError, match=r"mxq.combine: token_rows\[3, 1\] = 16 is outside \[0, N=16\)"):
         mxq.combine(y, dest, bad)
     bad_dest = dest.clone()
     bad_dest[5] = -1
