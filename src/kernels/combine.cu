@@ -18,6 +18,8 @@
 #include "launch.h"
 
 namespace mxq::kernels {
+
+using detail::CombineOutput;
 namespace {
 
 constexpr int kWarps = 8;  // tokens per CTA
@@ -73,16 +75,9 @@ __device__ __forceinline__ void unpack(const uint4& v, float (&f)[kChunk]) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p) {
-  __shared__ TokenRows shared[kWarps];
-  ptx::griddepcontrol_wait();
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
-  if (t >= p.T) return;  // whole warps leave together
-  TokenRows& rows = shared[warp];
-  const int32_t bad = load_token_rows(p, t, /*sorted=*/true, rows);
-  if (p.status != nullptr && bad != 0) atomicOr(p.status, bad);
+// combine: the token's rows folded into its output row, chunk by chunk.
+__device__ __forceinline__ void sum_rows(const CombineParams& p, int64_t t, int lane,
+                                         const TokenRows& rows) {
   const auto* y = static_cast<const uint16_t*>(p.y);
   auto* out = static_cast<uint16_t*>(p.out);
   const bool scaled = p.scale != nullptr;
@@ -109,16 +104,9 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p
   }
 }
 
-__global__ void __launch_bounds__(kThreads) combine_score_grad_kernel(const CombineParams p) {
-  __shared__ TokenRows shared[kWarps];
-  ptx::griddepcontrol_wait();
-  const int warp = threadIdx.x / 32;
-  const int lane = threadIdx.x % 32;
-  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
-  if (t >= p.T) return;
-  TokenRows& rows = shared[warp];
-  const int32_t bad = load_token_rows(p, t, /*sorted=*/false, rows);
-  if (p.status != nullptr && bad != 0) atomicOr(p.status, bad);
+// combine_score_grad: one dot product of the token's dout row with each of its rows.
+__device__ __forceinline__ void score_grads(const CombineParams& p, int64_t t, int lane,
+                                            const TokenRows& rows) {
   const auto* y = static_cast<const uint16_t*>(p.y);
   const auto* dout = static_cast<const uint4*>(p.dout) + t * (p.D / kChunk);
   auto* out = static_cast<float*>(p.out);
@@ -141,6 +129,26 @@ __global__ void __launch_bounds__(kThreads) combine_score_grad_kernel(const Comb
   }
 }
 
+// One warp per token: its rows (sorted for combine), then the output's pass.
+template <CombineOutput kOutput>
+__global__ void __launch_bounds__(kThreads) combine_kernel(const CombineParams p) {
+  constexpr bool kTokens = kOutput == CombineOutput::kTokens;
+  __shared__ TokenRows shared[kWarps];
+  ptx::griddepcontrol_wait();
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int64_t t = int64_t(blockIdx.x) * kWarps + warp;
+  if (t >= p.T) return;  // whole warps leave together
+  TokenRows& rows = shared[warp];
+  const int32_t bad = load_token_rows(p, t, /*sorted=*/kTokens, rows);
+  if (p.status != nullptr && bad != 0) atomicOr(p.status, bad);
+  if constexpr (kTokens) {
+    sum_rows(p, t, lane, rows);
+  } else {
+    score_grads(p, t, lane, rows);
+  }
+}
+
 }  // namespace
 
 }  // namespace mxq::kernels
@@ -152,8 +160,9 @@ void launch_combine(const CombineParams& p, CombineOutput output) {
   if (p.T == 0) return;
   const int64_t ctas = ceil_div(p.T, kernels::kWarps);
   MXQ_CHECK(ctas <= 0x7FFFFFFF, "too many tokens for one launch: ", p.T);
-  const auto kernel = output == CombineOutput::kTokens ? kernels::combine_kernel
-                                                       : kernels::combine_score_grad_kernel;
+  const auto kernel = output == CombineOutput::kTokens
+                          ? kernels::combine_kernel<CombineOutput::kTokens>
+                          : kernels::combine_kernel<CombineOutput::kScoreGrad>;
   kernels::launch_dependent(kernel, static_cast<unsigned>(ctas), kernels::kThreads, 0, p.stream, p);
 }
 
