@@ -1228,7 +1228,7 @@ def moe_step(a, mxq, T: int, D: int, E: int, k: int, H: int, routing: str) -> li
     samples, results = {how: [] for how in runs}, {}
     # --reuse-weights: every step after the first reads the quantized weights the first step made (no optimizer
     # step runs here, and the weights do not change), the cost per step of many microbatches per optimizer step.
-    reuse = mxq.reuse_quantized_weights() if a.reuse_weights else contextlib.nullcontext()
+    reuse = mxq.nn.reuse_quantized_weights() if a.reuse_weights else contextlib.nullcontext()
     with reuse:
         for step in range(3 + a.rounds):
             for how, d in runs.items():
@@ -1492,7 +1492,7 @@ def parse_args(argv: list[str] | None):
         "--reuse-weights",
         action="store_true",
         help="--moe-step: the recipe's layers quantize each expert weight once for all steps "
-        "(mxq.reuse_quantized_weights: the gradient-accumulation limit, many microbatches per optimizer step)",
+        "(mxq.nn.reuse_quantized_weights: the gradient-accumulation limit, many microbatches per optimizer step)",
     )
     add(
         "--linear-step",
