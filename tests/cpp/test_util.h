@@ -8,7 +8,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -224,6 +226,44 @@ inline std::vector<uint8_t> to_mgroups(const std::vector<uint8_t>& s_row_plain, 
 // after the last edit of offs.
 inline void set_colwise_dequant_layout(DequantizeParams& p) {
   p.layout = p.offs != nullptr ? ScaleLayout::kKGroups : ScaleLayout::kBlocked;
+}
+
+// `text` as a regular expression that matches exactly it.
+inline std::string exact(const std::string& text) {
+  static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
+  return std::regex_replace(text, special, R"(\$&)");
+}
+
+// Runs f; succeeds when it throws mxq::Error of kind kInvalidArgument whose what() is op + ": " +
+// message(), names the op once, and whose message() matches `message` (a regular expression)
+// whole, with no source location or internal expression in it.
+inline ::testing::AssertionResult throws_error(const std::function<void()>& f,
+                                               const std::string& op, const std::string& message) {
+  try {
+    f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (e.kind() != Error::Kind::kInvalidArgument) {
+      return ::testing::AssertionFailure() << "kind " << int(e.kind()) << ": " << what;
+    }
+    if (what != op + ": " + e.message() || e.message().find("mxq") != std::string::npos) {
+      return ::testing::AssertionFailure()
+             << "what() \"" << what << "\" is not \"" << op << ": \" + a message without an op";
+    }
+    if (!std::regex_match(e.message(), std::regex(message))) {
+      return ::testing::AssertionFailure()
+             << "message \"" << e.message() << "\" does not match \"" << message << "\"";
+    }
+    for (const char* bad : {".cpp:", ".h:", ".cu:", "==", "!=", "&&", "||", "->", "p.", "MXQ_"}) {
+      if (what.find(bad) != std::string::npos) {
+        return ::testing::AssertionFailure() << "\"" << what << "\" contains \"" << bad << "\"";
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-mxq exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
 }
 
 }  // namespace mxq::test

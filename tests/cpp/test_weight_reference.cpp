@@ -535,42 +535,6 @@ TEST(WeightEmpty, NothingToWrite) {
 // ---- WeightValidation ----
 
 const std::string kAddr = "0x[0-9a-f]+";  // how std::ostream prints a non-null pointer
-std::string exact(const std::string& text) {
-  static const std::regex special(R"([.^$|()\[\]{}*+?\\])");
-  return std::regex_replace(text, special, R"(\$&)");
-}
-
-// Runs f; succeeds when it throws mxq::Error of kind kInvalidArgument whose what() is op + ": " +
-// message(), names the op once, and whose message() matches `message` (a regular expression)
-// whole, with no source location or internal expression in it.
-::testing::AssertionResult throws_error(const std::function<void()>& f, const std::string& op,
-                                        const std::string& message) {
-  try {
-    f();
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    if (e.kind() != Error::Kind::kInvalidArgument) {
-      return ::testing::AssertionFailure() << "kind " << int(e.kind()) << ": " << what;
-    }
-    if (what != op + ": " + e.message() || e.message().find("mxq") != std::string::npos) {
-      return ::testing::AssertionFailure()
-             << "what() \"" << what << "\" is not \"" << op << ": \" + a message without an op";
-    }
-    if (!std::regex_match(e.message(), std::regex(message))) {
-      return ::testing::AssertionFailure()
-             << "message \"" << e.message() << "\" does not match \"" << message << "\"";
-    }
-    for (const char* bad : {".cpp:", ".h:", ".cu:", "==", "!=", "&&", "||", "->", "p.", "MXQ_"}) {
-      if (what.find(bad) != std::string::npos) {
-        return ::testing::AssertionFailure() << "\"" << what << "\" contains \"" << bad << "\"";
-      }
-    }
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw a non-mxq exception: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
 
 TEST(WeightScalingNames, AcceptsExactlyTheThreeNames) {
   EXPECT_EQ(parse_weight_scaling("1x32"), WeightScaling::k1x32);
