@@ -21,16 +21,18 @@ What each pass computes (the rows a GEMM gives for padding and tail rows are set
   writes the rowwise operand (M-groups scales: the w1 and w3 forward GEMMs read it) and the colwise operand (K-groups
   scales: saved for the w1 and w3 wgrads). No bf16 copy of the routed rows is made and x is not quantized again.
   Backward: the padded dgrads of every GEMM that read the routed x (summed by autograd over the padded rows) go back
-  to the tokens by a deterministic scatter-add (``index_put_(accumulate=True)``).
+  to the tokens by :func:`mxq.combine` (a warp per token; bitwise the deterministic ``index_put_(accumulate=True)``).
 - ``grouped_mm(routed, w)`` is the grouped GEMM on the pre-quantized operands (mxq.moe's operand table); backward
   quantizes its incoming padded gradient on both axes in one call, as ``mxq.grouped_mm`` does.
 - ``combine_mm(routed, h, w)``: y = h·Wᵀ per expert over the padded rows, then per routed row
-  ``(y[dest[r]].float() * scores[r]).to(bf16)`` scatter-added to token ``index[r]``. Backward quantizes
-  d(routed y) = ``(dout[index[r]].float() * scores[r]).to(bf16)`` **in one pass, gate scores applied**
-  (``quantize_routed(dout, index, counts, scale=scores)``): rowwise for W's dgrad, colwise for W's wgrad. The score
-  gradient is ``d scores[r] = Σ_d dout[index[r], d] · y[dest[r], d]`` in fp32.
+  ``(y[dest[r]].float() * scores[r]).to(bf16)`` summed into token ``index[r]`` by :func:`mxq.combine` (bitwise the
+  scatter-add). Backward quantizes d(routed y) = ``(dout[index[r]].float() * scores[r]).to(bf16)`` **in one pass,
+  gate scores applied** (``quantize_routed(dout, index, counts, scale=scores)``): rowwise for W's dgrad, colwise for
+  W's wgrad. The score gradient ``d scores[r] = Σ_d dout[index[r], d] · y[dest[r], d]`` in fp32 is
+  :func:`mxq.combine_score_grad` (its own fixed summation order, docs/numerics.md §14).
 
-Outputs and gradients (x, scores, every weight) are **bitwise** those of the composed path: x[index] →
+Outputs and gradients (x and every weight) are **bitwise** those of the composed path, and d scores within fp32
+rounding of it (torch's row sum adds the same products in another order): x[index] →
 mxq.grouped_mm per expert GEMM (which pads and unpads) → the scale multiply rounded to bf16 →
 ``index_put_(accumulate=True)`` into (T, D) bf16. The routed math runs in bf16 (x is cast to bf16 first); the
 combined output comes back in x's dtype (autocast's when dispatch runs inside an autocast region), as the layer it
