@@ -561,7 +561,9 @@ def gemm_plan(rows: str, config: MXFP8Config, path: str, routed_quantization: st
 
 class RowMap:
     """A dense GEMM: the layer's rows are the GEMM's rows. Subclasses move rows to and from the padded row space;
-    ``rows`` is the tuple of index tensors a map needs (empty here)."""
+    ``rows`` is the tuple of index tensors a map needs (empty here). The ``mask_*`` methods zero what a grouped GEMM
+    may leave unwritten (tail rows, padding rows' -0, empty groups' dW); :class:`MXGemm` applies them unless the
+    plan's GEMMs write every element (``GemmPlan.fills_every_row``)."""
 
     def offs(self, rows):
         """The group ends over the GEMM's rows (None: dense)."""
@@ -571,7 +573,17 @@ class RowMap:
         """The forward GEMM's A rows from the layer's input."""
         return x
 
-    def output(self, y: Tensor, rows, scores, num_tokens: int, r: GemmPlan) -> tuple[Tensor, tuple]:
+    def mask_y(self, y: Tensor, rows) -> Tensor:
+        """The forward GEMM's output with the rows the layer reads made exact."""
+        return y
+
+    def mask_dx(self, dx: Tensor, rows) -> Tensor:
+        return self.mask_y(dx, rows)
+
+    def mask_dw(self, dw: Tensor, rows) -> Tensor:
+        return dw
+
+    def output(self, y: Tensor, rows, scores, num_tokens: int) -> tuple[Tensor, tuple]:
         """(the layer's output from the GEMM's y, what :meth:`d_scores` needs later)."""
         return y, ()
 
@@ -579,11 +591,8 @@ class RowMap:
         """dy's four operands (rowwise for dgrad, colwise for wgrad) from the layer's output gradient."""
         return dual_quantize(dy.to(torch.bfloat16).contiguous(), r.backend, r.scaling_mode, r.format, self.offs(rows))
 
-    def dx(self, dx: Tensor, rows, r: GemmPlan) -> Tensor:
+    def dx(self, dx: Tensor, rows) -> Tensor:
         return dx
-
-    def dw(self, dw: Tensor, rows, r: GemmPlan) -> Tensor:
-        return dw
 
     def d_scores(self, dout: Tensor, rows, saved: tuple):
         return None
@@ -599,17 +608,20 @@ class GroupedRows(RowMap):
     def gemm_rows(self, x, rows, Mp):
         return pad_rows(x, rows[1], Mp)
 
-    def output(self, y, rows, scores, num_tokens, r):
-        return (y if r.fills_every_row else zero_tail(y, rows[0])).index_select(0, rows[1]), ()
+    def mask_y(self, y, rows):
+        return zero_tail(y, rows[0])
+
+    def mask_dw(self, dw, rows):
+        return zero_empty_groups(dw, rows[0])
+
+    def output(self, y, rows, scores, num_tokens):
+        return y.index_select(0, rows[1]), ()
 
     def dy_operands(self, dy, rows, scores, Mp, r, need_dx, need_dw):
         return super().dy_operands(pad_rows(dy.to(torch.bfloat16), rows[1], Mp), rows, scores, Mp, r, need_dx, need_dw)
 
-    def dx(self, dx, rows, r):
-        return (dx if r.fills_every_row else zero_tail(dx, rows[0])).index_select(0, rows[1])
-
-    def dw(self, dw, rows, r):
-        return dw if r.fills_every_row else zero_empty_groups(dw, rows[0])
+    def dx(self, dx, rows):
+        return dx.index_select(0, rows[1])
 
 
 class PaddedRows(RowMap):
@@ -619,14 +631,13 @@ class PaddedRows(RowMap):
     def offs(self, rows):
         return rows[0]
 
-    def output(self, y, rows, scores, num_tokens, r):
-        return (y if r.fills_every_row else keep_rows(y, rows[1])), ()
+    def mask_dx(self, dx, rows):
+        return keep_rows(dx, rows[1])
 
-    def dx(self, dx, rows, r):
-        return dx if r.fills_every_row else keep_rows(dx, rows[1])
+    mask_y = mask_dx
 
-    def dw(self, dw, rows, r):
-        return dw if r.fills_every_row else zero_empty_groups(dw, rows[0])
+    def mask_dw(self, dw, rows):
+        return zero_empty_groups(dw, rows[0])
 
 
 class CombineRows(PaddedRows):
@@ -635,7 +646,10 @@ class CombineRows(PaddedRows):
     (one pass, bitwise a scatter-add); backward quantizes d(routed y) = ``(dout[index].float() * scores).to(bf16)``
     in one routed pass, and d scores by :func:`mxq.ops.combine_score_grad` from the saved y."""
 
-    def output(self, y, rows, scores, num_tokens, r):
+    def mask_y(self, y, rows):
+        return y  # the combine reads the routed rows only
+
+    def output(self, y, rows, scores, num_tokens):
         dest, token_rows = rows[2], rows[5]
         return ops.combine(y, dest, token_rows, scale=scores), (y,)
 
@@ -674,7 +688,8 @@ class MXGemm(torch.autograd.Function):
 
     Forward quantizes x (rowwise now; colwise, or x itself, saved for wgrad) and W (rowwise now, colwise saved for
     dgrad) and runs the forward GEMM; backward quantizes dy on both axes in one call and runs dgrad and wgrad on the
-    saved operands. The row map moves rows in and out and masks what the GEMMs leave unwritten."""
+    saved operands. The row map moves rows in and out; its masks zero what the GEMMs leave unwritten, applied here
+    unless the plan's GEMMs write every element."""
 
     @staticmethod
     def forward(ctx, x, w, scores, w_operands, x_operands, rows, sizes, plan):
@@ -696,7 +711,9 @@ class MXGemm(torch.autograd.Function):
         w_saved = (q_w_col, s_w_col) if need_dx else ()
         with no_autocast(x.device.type):
             y = fwd_gemm(q_x, s_x, q_w, s_w, offs, r)
-        out, out_saved = row_map.output(y, rows, scores, num_tokens, r)
+        if not r.fills_every_row:
+            y = row_map.mask_y(y, rows)
+        out, out_saved = row_map.output(y, rows, scores, num_tokens)
         scores_saved = (scores,) if scores is not None else ()
         groups = {"rows": rows, "scores": scores_saved, "out": out_saved if need_ds else (), "x": x_saved, "w": w_saved}
         ctx.save_for_backward(*(t for group in groups.values() for t in group))
@@ -721,10 +738,12 @@ class MXGemm(torch.autograd.Function):
             with no_autocast(dout.device.type):
                 if need_dx:
                     q_w_col, s_w_col = saved["w"]
-                    dx = row_map.dx(dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, r), rows, r)
+                    dx = dgrad_gemm(q_dy, s_dy, q_w_col, s_w_col, offs, r)
+                    dx = row_map.dx(dx if r.fills_every_row else row_map.mask_dx(dx, rows), rows)
                 if need_dw:
                     q_x_col, s_x_col = saved_colwise(saved["x"], r, offs)
-                    dw = row_map.dw(wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, r), rows, r)
+                    dw = wgrad_gemm(q_dy_col, s_dy_col, q_x_col, s_x_col, offs, r)
+                    dw = dw if r.fills_every_row else row_map.mask_dw(dw, rows)
         if need_ds:
             ds = row_map.d_scores(dout, rows, saved["out"])
         return dx, dw, ds, None, None, None, None, None

@@ -18,17 +18,18 @@ using detail::parallel_for;
 constexpr int kLanes = 32;  // the GPU's warp: lane l owns the 8-element chunks c with c % 32 == l
 constexpr int kChunk = 8;   // bf16 elements in one 16-byte load
 
-// Token t's routed rows and their padded rows, checked (the GPU reports these and skips the row).
-std::vector<int32_t> checked_rows(const CombineParams& p, int64_t t) {
-  std::vector<int32_t> rows(p.token_rows + t * p.top_k, p.token_rows + (t + 1) * p.top_k);
-  for (int64_t j = 0; j < p.top_k; ++j) {
-    const int32_t r = rows[j];
-    MXQ_CHECK(r >= 0 && r < p.N, "token_rows[", t, ", ", j, "] = ", r, " is outside [0, N=", p.N,
-              ")");
+// The arguments, then every routed row and its padded row (the GPU reports a bad one and skips
+// it; the reference throws, before anything is written), then the status word.
+void check(const CombineParams& p, detail::CombineOutput output) {
+  detail::validate(p, output);
+  for (int64_t i = 0; i < p.T * p.top_k; ++i) {
+    const int32_t r = p.token_rows[i];
+    MXQ_CHECK(r >= 0 && r < p.N, "token_rows[", i / p.top_k, ", ", i % p.top_k, "] = ", r,
+              " is outside [0, N=", p.N, ")");
     MXQ_CHECK(p.dest[r] >= 0 && p.dest[r] < p.Mp, "dest[", r, "] = ", p.dest[r],
               " is outside [0, Mp=", p.Mp, ")");
   }
-  return rows;
+  if (p.status != nullptr) *p.status = 0;
 }
 
 // Σ_d a[d]·b[d] over D elements in the warp's order: per lane its chunks in order, each element's
@@ -54,14 +55,12 @@ float warp_dot(const uint16_t* a, const uint16_t* b, int64_t D) {
 
 void combine(const CombineParams& p) {
   detail::with_op("mxq::ref::combine", [&] {
-    detail::validate(p, detail::CombineOutput::kTokens);
-    for (int64_t t = 0; t < p.T; ++t) checked_rows(p, t);  // throws before anything is written
-    if (p.status != nullptr) *p.status = 0;
+    check(p, detail::CombineOutput::kTokens);
     const auto* y = static_cast<const uint16_t*>(p.y);
     auto* out = static_cast<uint16_t*>(p.out);
     parallel_for(p.T, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        std::vector<int32_t> rows = checked_rows(p, t);
+        std::vector<int32_t> rows(p.token_rows + t * p.top_k, p.token_rows + (t + 1) * p.top_k);
         std::sort(rows.begin(), rows.end());  // index_put_'s order: increasing routed row
         for (int64_t d = 0; d < p.D; ++d) {
           uint16_t acc = 0;  // +0
@@ -79,18 +78,15 @@ void combine(const CombineParams& p) {
 
 void combine_score_grad(const CombineParams& p) {
   detail::with_op("mxq::ref::combine_score_grad", [&] {
-    detail::validate(p, detail::CombineOutput::kScoreGrad);
-    for (int64_t t = 0; t < p.T; ++t) checked_rows(p, t);  // throws before anything is written
-    if (p.status != nullptr) *p.status = 0;
+    check(p, detail::CombineOutput::kScoreGrad);
     const auto* y = static_cast<const uint16_t*>(p.y);
     const auto* dout = static_cast<const uint16_t*>(p.dout);
     auto* out = static_cast<float*>(p.out);
     parallel_for(p.T, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        const std::vector<int32_t> rows = checked_rows(p, t);
-        for (int64_t j = 0; j < p.top_k; ++j) {
-          out[t * p.top_k + j] =
-              canonical_nan(warp_dot(dout + t * p.D, y + int64_t(p.dest[rows[j]]) * p.D, p.D));
+        for (int64_t i = t * p.top_k; i < (t + 1) * p.top_k; ++i) {
+          const int64_t row = p.dest[p.token_rows[i]];
+          out[i] = canonical_nan(warp_dot(dout + t * p.D, y + row * p.D, p.D));
         }
       }
     });
