@@ -84,6 +84,14 @@ Both runs use the script's causal-SDPA inner attention (TorchTitan 0.3's flex/va
 CPU or on torch 2.11): on CUDA both train (MXFP8 emulated below SM100); on a CPU both train too (--tiny: about a minute on 2 cores)."""
 WINDOW = 50  # the final mean loss is over the last WINDOW steps (all of them when there are fewer)
 TIMING_SKIP = 10  # tokens/s is the median step time after the first TIMING_SKIP steps (compilation, allocator)
+PROFILED_STEPS = 2  # --profile: each run's last two steps, under torch.profiler and out of the timing
+# --profile's kernel kinds, by the first pattern a kernel's name contains (lowercase; mxq's GEMMs are CUTLASS's).
+KERNEL_KINDS = {
+    "GEMMs": ("gemm", "cutlass", "xmma", "nvjet", "cublas"),
+    "attention": ("flash", "fmha", "attention", "sdpa"),
+    "mxq (quantize, dispatch, combine)": ("mxq",),
+    "optimizer, grad norm": ("adam", "multi_tensor", "lpnorm"),
+}
 
 # Per-run settings: the defaults, and --tiny's (a CPU smoke test). Explicit flags override either.
 PRESETS: dict[str, dict[str, int]] = {
@@ -333,7 +341,11 @@ def train(
     tokens_per_step = data.shape[1] * (data.shape[2] - 1)
     losses: list[torch.Tensor] = []
     seconds: list[float] = []
+    profiled_from = steps - PROFILED_STEPS if args.profile else steps
+    profiler = contextlib.ExitStack()
     for step in range(steps):
+        if step == profiled_from:
+            prof = profiler.enter_context(torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]))
         batch = data[step].to(device)
         inputs, labels = batch[:, :-1], batch[:, 1:]
         sync(device)
@@ -358,15 +370,36 @@ def train(
                 ref_name, ref = reference
                 line += f" ({ref_name} {ref[step]:.4f}, ratio {loss.item() / ref[step]:.4f})"
             print(f"{line}  {tokens_per_step / recent:,.0f} tokens/s", flush=True)
+    profiler.close()
+    if args.profile:
+        print_kernel_profile(name, prof, args.profile)
     values = [float(v) for v in torch.stack(losses).cpu()]
     window = values[-WINDOW:]
-    timed = seconds[min(TIMING_SKIP, steps // 2) :]
+    timed = seconds[min(TIMING_SKIP, profiled_from // 2) : profiled_from]
     return RunResult(
         losses=values,
         step_seconds=seconds,
         tokens_per_s=tokens_per_step / statistics.median(timed),
         final_mean_loss=sum(window) / len(window),
     )
+
+
+def print_kernel_profile(name: str, prof: Any, rows: int) -> None:
+    """GPU time per step of the profiled steps: by kernel kind (KERNEL_KINDS, the rest "other"), then the top kernels."""
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    per_step = lambda us: us / PROFILED_STEPS / 1e3  # ms
+    kinds = dict.fromkeys([*KERNEL_KINDS, "other"], 0.0)
+    for e in kernels:
+        key = e.key.lower()
+        kind = next((k for k, pats in KERNEL_KINDS.items() if any(p in key for p in pats)), "other")
+        kinds[kind] += per_step(e.device_time_total)
+    total = sum(kinds.values())
+    print(f"[{name:>5}] kernels per step (torch.profiler, last {PROFILED_STEPS} steps): {total:.1f} ms")
+    for kind, ms in kinds.items():
+        print(f"[{name:>5}]   {ms:8.2f} ms  {ms / max(total, 1e-9):6.1%}  {kind}")
+    for e in sorted(kernels, key=lambda e: -e.device_time_total)[:rows]:
+        calls = e.count // PROFILED_STEPS
+        print(f"[{name:>5}]   {per_step(e.device_time_total):8.2f} ms {calls:5d}x  {e.key[:110]}")
 
 
 def write_plot(path: str, title: str, runs: dict[str, RunResult], chance: float, floor: float) -> bool:
@@ -474,6 +507,14 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
     p.add_argument("--tiny", action="store_true", help="a few small steps (the CPU smoke test)")
     p.add_argument("--bf16-only", action="store_true", help="run the baseline only (no mxq needed)")
     p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help=f"profile each run's last {PROFILED_STEPS} steps (kept out of tokens/s): GPU time by kernel kind and the "
+        "top ROWS kernels",
+    )
+    p.add_argument(
         "--recipe",
         default="mxfp8_rceil",
         help="mxq's recipe for the converted run (a name in mxq.config.RECIPES; default mxfp8_rceil; fp8_blockwise: "
@@ -485,9 +526,11 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
     for key, value in PRESETS[preset].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    for key, low in (("steps", 1), ("batch", 1), ("seq_len", 2), ("log_every", 1), ("warmup", 0)):
+    for key, low in (("steps", 1), ("batch", 1), ("seq_len", 2), ("log_every", 1), ("warmup", 0), ("profile", 0)):
         if getattr(args, key) < low:
             p.error(f"--{key.replace('_', '-')} must be at least {low}")
+    if args.profile and args.steps <= PROFILED_STEPS:
+        p.error(f"--profile needs more than {PROFILED_STEPS} --steps (the profiled steps are not timed)")
     if not args.lr > 0:
         p.error("--lr must be positive")
     if not args.tolerance >= 0:
@@ -506,6 +549,8 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, torch.device
         p.error(f"--device must be cuda[:N] or cpu, not {args.device!r}")
     if device.type not in ("cuda", "cpu"):
         p.error(f"--device must be cuda[:N] or cpu, not {args.device!r}")
+    if args.profile and device.type != "cuda":
+        p.error("--profile tables GPU kernels: it needs --device cuda")
     if device.type == "cuda":
         if not torch.cuda.is_available():
             p.error("--device cuda: CUDA is not available here (use --device cpu)")
@@ -583,6 +628,7 @@ def main(argv: list[str] | None = None) -> int:
         del model
 
     window = min(WINDOW, args.steps)
+    timed_to = args.steps - PROFILED_STEPS if args.profile else args.steps
     result: dict[str, Any] = {
         "args": vars(args),
         "model": {
@@ -601,7 +647,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": device_name,
         "language": {**dataclasses.asdict(language), "vocab": vocab, "chance": chance, "entropy_floor": floor},
         "window": window,
-        "timing": f"median step time over steps {min(TIMING_SKIP, args.steps // 2) + 1}.., synchronized",
+        "timing": f"median step time over steps {min(TIMING_SKIP, timed_to // 2) + 1}..{timed_to}, synchronized",
         "runs": {name: dataclasses.asdict(run) for name, run in runs.items()},
     }
     status = 0

@@ -56,6 +56,8 @@ def _run(args, cwd, code=None, timeout=600):
         (["--flavor", "16B", "--layers", "1"], "--layers must be at least 2 (the first layer is dense"),
         (["--flavor", "16B", "--recipe", "fp8_blockwise", "--seq-len", "100"], "got 4x100 = 400"),  # 16B's batch 4
         (["--flavor", "236B"], "argument --flavor: invalid choice: '236B'"),
+        (["--tiny", "--profile", "5"], "--profile tables GPU kernels: it needs --device cuda"),
+        (["--steps", "2", "--profile", "5"], "--profile needs more than 2 --steps"),
     ],
 )
 def test_arguments_checked_before_any_work(tmp_path, args, message):
