@@ -116,6 +116,7 @@ class RunResult:
     step_seconds: list[float]
     tokens_per_s: float
     final_mean_loss: float
+    kernel_ms_per_step: dict[str, float] | None = None  # --profile: GPU ms per step by kernel kind
 
 
 # ---- torchtitan 0.3.x ----
@@ -371,8 +372,7 @@ def train(
                 line += f" ({ref_name} {ref[step]:.4f}, ratio {loss.item() / ref[step]:.4f})"
             print(f"{line}  {tokens_per_step / recent:,.0f} tokens/s", flush=True)
     profiler.close()
-    if args.profile:
-        print_kernel_profile(name, prof, args.profile)
+    kernel_ms = print_kernel_profile(name, prof, args.profile) if args.profile else None
     values = [float(v) for v in torch.stack(losses).cpu()]
     window = values[-WINDOW:]
     timed = seconds[min(TIMING_SKIP, profiled_from // 2) : profiled_from]
@@ -381,11 +381,13 @@ def train(
         step_seconds=seconds,
         tokens_per_s=tokens_per_step / statistics.median(timed),
         final_mean_loss=sum(window) / len(window),
+        kernel_ms_per_step=kernel_ms,
     )
 
 
-def print_kernel_profile(name: str, prof: Any, rows: int) -> None:
-    """GPU time per step of the profiled steps: by kernel kind (KERNEL_KINDS, the rest "other"), then the top kernels."""
+def print_kernel_profile(name: str, prof: Any, rows: int) -> dict[str, float]:
+    """Prints the profiled steps' GPU time per step by kernel kind (KERNEL_KINDS, the rest "other"), then the top
+    kernels; returns {kind: ms per step, "total": ms per step}."""
     kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
     per_step = lambda us: us / PROFILED_STEPS / 1e3  # ms
     kinds = dict.fromkeys([*KERNEL_KINDS, "other"], 0.0)
@@ -400,6 +402,7 @@ def print_kernel_profile(name: str, prof: Any, rows: int) -> None:
     for e in sorted(kernels, key=lambda e: -e.device_time_total)[:rows]:
         calls = e.count // PROFILED_STEPS
         print(f"[{name:>5}]   {per_step(e.device_time_total):8.2f} ms {calls:5d}x  {e.key[:110]}")
+    return {kind: round(ms, 3) for kind, ms in kinds.items()} | {"total": round(total, 3)}
 
 
 def write_plot(path: str, title: str, runs: dict[str, RunResult], chance: float, floor: float) -> bool:
