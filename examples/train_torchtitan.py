@@ -414,18 +414,37 @@ def write_plot(path: str, title: str, runs: dict[str, RunResult], chance: float,
     except ImportError:
         print("matplotlib is not installed (pip install matplotlib): skipping losses.png; results.json has the curves")
         return False
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    profiled = {name: run.kernel_ms_per_step for name, run in runs.items() if run.kernel_ms_per_step}
+    if profiled:  # --profile: the loss curves, and beside them each run's GPU time per step by kernel kind
+        fig, (ax, bars) = plt.subplots(1, 2, figsize=(13, 5), gridspec_kw={"width_ratios": [3, 2]})
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, run in runs.items():
         window = min(WINDOW, len(run.losses))
         steps = range(1, len(run.losses) + 1)
-        ax.plot(steps, run.losses, label=f"{name} (last-{window} mean {run.final_mean_loss:.4f})")
+        label = f"{name} (last-{window} mean {run.final_mean_loss:.4f}; {run.tokens_per_s:,.0f} tokens/s)"
+        ax.plot(steps, run.losses, label=label)
     ax.axhline(chance, color="grey", ls=":", label=f"chance ln(V) = {chance:.2f}")
     ax.axhline(floor, color="black", ls="--", lw=0.8, label=f"entropy floor = {floor:.2f}")
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats)")
-    ax.set_title(f"TorchTitan DeepSeek-V3 {title}: {' vs '.join(runs)}")
+    ax.set_title(f"TorchTitan DeepSeek-V3 {title}: {' vs '.join(runs)}", fontsize=10)
     ax.legend()
     ax.grid(alpha=0.3)
+    if profiled:
+        names = list(profiled)
+        left = [0.0] * len(names)
+        for kind in [*KERNEL_KINDS, "other"]:
+            ms = [profiled[n].get(kind, 0.0) for n in names]
+            bars.barh(names, ms, left=left, label=kind)
+            left = [a + b for a, b in zip(left, ms)]
+        for i, total in enumerate(left):
+            bars.text(total, i, f" {total:.1f}", va="center")
+        bars.set_xlabel(f"GPU ms per step (kernels; torch.profiler, last {PROFILED_STEPS} steps)")
+        bars.set_title("where a step's GPU time goes", fontsize=10)
+        bars.invert_yaxis()
+        bars.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+        bars.set_xlim(0, max(left) * 1.15)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -681,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(json_path, "w") as f:
         json.dump(result, f, indent=1)
     png_path = os.path.join(args.out_dir, "losses.png")
-    plotted = write_plot(png_path, title, runs, chance, floor)
+    plotted = write_plot(png_path, f"{title} on {device_name}", runs, chance, floor)
     print(f"wrote {json_path}" + (f" and {png_path}" if plotted else ""))
     return status
 
