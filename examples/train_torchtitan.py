@@ -43,6 +43,9 @@ loss falls from ln(2048) (chance) towards the chain's entropy given the topic (p
 
 Output: a progress line every ``--log-every`` steps, ``results.json`` (per-step losses, tokens/s, the config, the
 versions, the conversion summary, the last-50-step mean losses and their ratio) and ``losses.png`` in ``--out-dir``.
+``--profile ROWS`` (CUDA) also runs each run's last two steps under torch.profiler, out of the timing, and prints
+and stores their GPU time per step by kernel kind (GEMMs, attention, mxq's kernels, optimizer, the rest), which the
+plot draws beside the loss curves.
 Exit status 1 when the MXFP8 run's last-50 mean loss is not within ``--tolerance`` (default 1%) of bf16's; 2 for
 arguments it cannot run (checked before any work: the converted run needs --batch x --seq-len a multiple of its
 recipe's block, 32 for MXFP8 and 128 for FP8 blockwise; ``--recipe`` picks the recipe, default mxfp8_rceil).
