@@ -312,6 +312,12 @@ def update_expert_bias(moes: list[nn.Module]) -> None:
             moe.tokens_per_expert_E.zero_()
 
 
+def timed_steps(steps: int, profile: int) -> range:
+    """The steps tokens/s is the median of (0-based): after the first TIMING_SKIP (or half), before --profile's."""
+    end = steps - PROFILED_STEPS if profile else steps
+    return range(min(TIMING_SKIP, end // 2), end)
+
+
 def train(
     name: str,
     model: nn.Module,
@@ -345,7 +351,8 @@ def train(
     tokens_per_step = data.shape[1] * (data.shape[2] - 1)
     losses: list[torch.Tensor] = []
     seconds: list[float] = []
-    profiled_from = steps - PROFILED_STEPS if args.profile else steps
+    timed = timed_steps(steps, args.profile)
+    profiled_from = timed.stop  # --profile's steps follow the timed ones
     profiler = contextlib.ExitStack()
     for step in range(steps):
         if step == profiled_from:
@@ -378,11 +385,10 @@ def train(
     kernel_ms = print_kernel_profile(name, prof, args.profile) if args.profile else None
     values = [float(v) for v in torch.stack(losses).cpu()]
     window = values[-WINDOW:]
-    timed = seconds[min(TIMING_SKIP, profiled_from // 2) : profiled_from]
     return RunResult(
         losses=values,
         step_seconds=seconds,
-        tokens_per_s=tokens_per_step / statistics.median(timed),
+        tokens_per_s=tokens_per_step / statistics.median(seconds[timed.start : timed.stop]),
         final_mean_loss=sum(window) / len(window),
         kernel_ms_per_step=kernel_ms,
     )
@@ -653,7 +659,7 @@ def main(argv: list[str] | None = None) -> int:
         del model
 
     window = min(WINDOW, args.steps)
-    timed_to = args.steps - PROFILED_STEPS if args.profile else args.steps
+    timed = timed_steps(args.steps, args.profile)
     result: dict[str, Any] = {
         "args": vars(args),
         "model": {
@@ -672,7 +678,7 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": device_name,
         "language": {**dataclasses.asdict(language), "vocab": vocab, "chance": chance, "entropy_floor": floor},
         "window": window,
-        "timing": f"median step time over steps {min(TIMING_SKIP, timed_to // 2) + 1}..{timed_to}, synchronized",
+        "timing": f"median step time over steps {timed.start + 1}..{timed.stop}, synchronized",
         "runs": {name: dataclasses.asdict(run) for name, run in runs.items()},
     }
     status = 0
